@@ -1,0 +1,14 @@
+"""Generators for the tables in docs/*.md; each returns Markdown computed by running our code."""
+from __future__ import annotations
+
+from typing import Callable
+
+GENERATORS: dict[str, Callable[[], str]] = {}
+
+
+def generator(name: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
+    """Register `fn` as the producer of the section called `name`."""
+    def register(fn: Callable[[], str]) -> Callable[[], str]:
+        GENERATORS[name] = fn
+        return fn
+    return register

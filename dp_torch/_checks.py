@@ -1,0 +1,122 @@
+"""Input checks for scatter and gather, with error messages that name the pytree path.
+
+The walks below follow PyTorch's scatter recursion order on purpose (Tensor, namedtuple, non-empty
+tuple, list, dict; anything else is an opaque leaf), so torch.utils._pytree is not used.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+
+def is_namedtuple(obj: Any) -> bool:
+    """True for instances of collections.namedtuple / typing.NamedTuple classes (PyTorch's test)."""
+    return isinstance(obj, tuple) and hasattr(obj, "_asdict") and hasattr(obj, "_fields")
+
+
+def tensor_leaves(obj: Any, path: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(path, tensor)`` for every tensor that scatter would split, in scatter's order."""
+    if isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif is_namedtuple(obj):
+        for name, value in zip(obj._fields, obj):
+            yield from tensor_leaves(value, f"{path}.{name}")
+    elif isinstance(obj, (tuple, list)):
+        for i, value in enumerate(obj):
+            yield from tensor_leaves(value, f"{path}[{i}]")
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from tensor_leaves(value, f"{path}[{key!r}]")
+
+
+def check_splittable(leaves: Sequence[tuple[str, torch.Tensor]], dim: int, fn: str) -> None:
+    """Every leaf must have ``dim`` and the same size along it (PyTorch would silently truncate)."""
+    first_path, first_size = None, None
+    for path, tensor in leaves:
+        if tensor.dim() == 0:
+            raise RuntimeError(
+                f"{fn}: leaf {path} is a 0-dim tensor, which cannot be split along dim {dim}; "
+                f"give it a batch dimension (e.g. {path}.expand(batch)) or pass a Python number instead"
+            )
+        if not -tensor.dim() <= dim < tensor.dim():
+            raise IndexError(f"{fn}: dim={dim} is out of range for leaf {path} of shape {tuple(tensor.shape)}")
+        size = tensor.size(dim)
+        if first_path is None:
+            first_path, first_size = path, size
+        elif size != first_size:
+            raise ValueError(
+                f"{fn}: leaf {path} has batch {size} but {first_path} has {first_size}; "
+                f"all tensors split along dim {dim} must have the same size"
+            )
+
+
+def check_concatenable(tensors: Sequence[Any], dim: int, path: str) -> None:
+    """Replica outputs at ``path`` must be tensors that torch.cat can join along ``dim``."""
+    for j, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(
+                f"gather: {path} is a Tensor in replica 0 but {type(t).__name__} in replica {j}; "
+                "every replica must return the same structure"
+            )
+    if dim == 0 and all(t.dim() == 0 for t in tensors):
+        return  # gathered into a vector, with PyTorch's warning
+    ref = tensors[0]
+    for j, t in enumerate(tensors):
+        if t.dim() == 0:
+            raise IndexError(
+                f"gather: {path} is 0-dim in replica {j} and cannot be concatenated along dim {dim}; "
+                "scalars are gathered (into one entry per replica) only when every replica returns one and dim=0"
+            )
+        if t.dim() != ref.dim():
+            raise RuntimeError(
+                f"gather: {path} has shape {tuple(t.shape)} in replica {j} but {tuple(ref.shape)} in replica 0; "
+                f"replica outputs must have the same rank to be concatenated along dim {dim}"
+            )
+        if not -t.dim() <= dim < t.dim():
+            raise IndexError(f"gather: dim={dim} is out of range for {path} of shape {tuple(t.shape)}")
+        if _without(t.shape, dim) != _without(ref.shape, dim):
+            raise RuntimeError(
+                f"gather: {path} has shape {tuple(t.shape)} in replica {j} but {tuple(ref.shape)} in replica 0; "
+                f"all dims except dim {dim} must match"
+            )
+
+
+def _without(shape: torch.Size, dim: int) -> tuple[int, ...]:
+    dims = list(shape)
+    del dims[dim]
+    return tuple(dims)
+
+
+def check_same_container(outputs: Sequence[Any], path: str) -> None:
+    """Replica outputs at ``path`` must be containers of replica 0's kind and length."""
+    ref = outputs[0]
+    kind = dict if isinstance(ref, dict) else (list, tuple)
+    for j, out in enumerate(outputs):
+        if not isinstance(out, kind):
+            raise TypeError(
+                f"gather: {path} is a {type(ref).__name__} in replica 0 but {type(out).__name__} in replica {j}; "
+                "every replica must return the same structure"
+            )
+        if isinstance(ref, dict):
+            _check_same_keys(ref, out, path, j)
+        elif len(out) != len(ref):
+            raise ValueError(
+                f"gather: {path} has length {len(out)} in replica {j} but {len(ref)} in replica 0; "
+                "every replica must return the same structure"
+            )
+
+
+def _check_same_keys(ref: dict, out: dict, path: str, j: int) -> None:
+    if len(out) != len(ref):
+        raise ValueError(
+            f"All dicts must have the same number of keys: {path} has keys {list(out)} in replica {j} "
+            f"but {list(ref)} in replica 0"
+        )
+    missing = [k for k in ref if k not in out]
+    if missing:
+        raise KeyError(
+            f"gather: {path} in replica {j} lacks key {missing[0]!r}: its keys are {list(out)} but replica 0 "
+            f"has {list(ref)}; every replica must return the same keys"
+        )
