@@ -120,7 +120,11 @@ def _gather(outputs: list[Any], target: torch.device, dim: int, path: str) -> An
         items = [_gather(list(same), target, dim, f"{path}[{i}]") for i, same in enumerate(zip(*outputs))]
         return type(out)._make(items) if is_namedtuple(out) else type(out)(items)
     raise TypeError(
-        f"gather: {path} is a {type(out).__name__} ({out!r:.60}); gather only joins tensors, None, dicts, "
+        f"gather: {path} is {_a(type(out).__name__)} ({out!r:.60}); gather only joins tensors, None, dicts, "
         "lists, tuples and namedtuples of them. Return other values as tensors or outside the module "
         "(PyTorch would fail here or return a wrong value)"
     )
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[0].lower() in "aeiou" else f"a {noun}"

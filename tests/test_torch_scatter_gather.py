@@ -212,7 +212,7 @@ def test_gather_of_tuples_with_different_lengths_is_an_error():
 @pytest.mark.parametrize("value", ["text", 3, 2.5, True])
 def test_gather_of_non_tensor_leaves_is_a_type_error(value):
     # PyTorch turns a str into '<map object ...>' and fails on numbers with "'int' object is not iterable".
-    with pytest.raises(TypeError, match=f"gather: out\\[1\\] is a {type(value).__name__}"):
+    with pytest.raises(TypeError, match=f"gather: out\\[1\\] is an? {type(value).__name__}"):
         dp_torch.gather([(torch.ones(1), value), (torch.ones(1), value)], "cpu")
 
 
@@ -221,7 +221,7 @@ def test_gather_of_a_dataclass_is_a_type_error():
     class Output:
         logits: torch.Tensor
 
-    with pytest.raises(TypeError, match="gather: out is a Output"):
+    with pytest.raises(TypeError, match="gather: out is an Output"):
         dp_torch.gather([Output(torch.ones(1)), Output(torch.ones(1))], "cpu")
 
 
