@@ -1,0 +1,153 @@
+"""The per-kind rules behind `convert.py`: exact torch <-> Flax weight transforms, one per layer kind.
+
+A rule sees one layer: torch tensors keyed by suffix ('weight', 'out_proj.bias'), Flax leaves keyed
+by (collection, *subpath). Each function receives `check(ok, name, shape, expected)`, which raises
+a `ConversionError` naming the layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one layer kind converts: the torch suffixes it reads, and the functions each way."""
+    torch_keys: tuple[str, ...]          # every suffix the rule may read
+    torch_required: tuple[str, ...]
+    buffers: tuple[str, ...]             # torch suffixes that are buffers (absent from grads)
+    to_flax: Callable[..., dict]         # (tensors, layer, check) -> {flax key tuple: array}
+    to_torch: Callable[..., dict]        # (leaves, layer, check) -> {suffix: array}
+    grads_to_flax: Callable[..., dict] | None = None
+    grads_to_torch: Callable[..., dict] | None = None
+
+
+def _dense_to_flax(t, layer, check):
+    w = t["weight"]
+    check(w.ndim == 2, "weight", w.shape, "a 2-D (out, in) matrix")
+    return _with_bias({("params", "kernel"): w.T}, ("params", "bias"), t.get("bias"), w.shape[0], check)
+
+
+def _dense_to_torch(f, layer, check):
+    k = f[("params", "kernel")]
+    check(k.ndim == 2, "kernel", k.shape, "a 2-D (in, out) matrix")
+    return _with_bias({"weight": k.T}, "bias", f.get(("params", "bias")), k.shape[1], check)
+
+
+def _conv_to_flax(t, layer, check):
+    w = t["weight"]
+    check(w.ndim >= 3, "weight", w.shape, "(out, in, *kernel) as in Conv1d/2d/3d")
+    kernel = w.transpose(*range(2, w.ndim), 1, 0)
+    return _with_bias({("params", "kernel"): kernel}, ("params", "bias"), t.get("bias"), w.shape[0], check)
+
+
+def _conv_to_torch(f, layer, check):
+    k = f[("params", "kernel")]
+    check(k.ndim >= 3, "kernel", k.shape, "(*kernel, in, out) as in flax.linen.Conv")
+    w = k.transpose(k.ndim - 1, k.ndim - 2, *range(k.ndim - 2))
+    return _with_bias({"weight": w}, "bias", f.get(("params", "bias")), k.shape[-1], check)
+
+
+def _with_bias(out: dict, key, bias, size: int, check) -> dict:
+    if bias is not None:
+        check(bias.shape == (size,), "bias", bias.shape, f"({size},) to match the weight")
+        out[key] = bias
+    return out
+
+
+_NORM_PAIRS = (("weight", ("params", "scale")), ("bias", ("params", "bias")))
+_BN_STATS = (("running_mean", ("batch_stats", "mean")), ("running_var", ("batch_stats", "var")))
+
+
+def _renamer(pairs):
+    def to_flax(t, layer, check):
+        return {f: t[s] for s, f in pairs if s in t}
+
+    def to_torch(f, layer, check):
+        return {s: f[k] for s, k in pairs if k in f}
+    return to_flax, to_torch
+
+
+def _mha_to_flax(t, layer, check):
+    w, heads = t["in_proj_weight"], layer.num_heads
+    e = w.shape[1]
+    check(w.shape == (3 * e, e), "in_proj_weight", w.shape, f"(3*E, E) = {(3 * e, e)}")
+    check(e % heads == 0, "in_proj_weight", w.shape, f"E={e} divisible by num_heads={heads}")
+    shape, out = (e, heads, e // heads), {}
+    for i, name in enumerate(("query", "key", "value")):
+        out[("params", name, "kernel")] = w[i * e:(i + 1) * e].T.reshape(shape)
+        if "in_proj_bias" in t:
+            out[("params", name, "bias")] = t["in_proj_bias"][i * e:(i + 1) * e].reshape(shape[1:])
+    ow = t["out_proj.weight"]
+    check(ow.shape == (e, e), "out_proj.weight", ow.shape, f"(E, E) = {(e, e)}")
+    out[("params", "out", "kernel")] = ow.T.reshape(heads, e // heads, e)
+    if "out_proj.bias" in t:
+        out[("params", "out", "bias")] = t["out_proj.bias"]
+    return out
+
+
+def _mha_to_torch(f, layer, check):
+    q = f[("params", "query", "kernel")]
+    check(q.ndim == 3 and q.shape[0] == q.shape[1] * q.shape[2], "query/kernel", q.shape,
+          "(E, heads, E // heads): torch packs q/k/v only when qkv_features == embed dim")
+    e, out = q.shape[0], {}
+    kernels = [f[("params", n, "kernel")] for n in ("query", "key", "value")]
+    for name, k in zip(("key", "value"), kernels[1:]):
+        check(k.shape == q.shape, f"{name}/kernel", k.shape, f"{q.shape} like query/kernel")
+    out["in_proj_weight"] = np.concatenate([k.reshape(e, e).T for k in kernels])
+    if ("params", "query", "bias") in f:
+        out["in_proj_bias"] = np.concatenate(
+            [f[("params", n, "bias")].reshape(e) for n in ("query", "key", "value")])
+    o = f[("params", "out", "kernel")]
+    check(o.shape == q.shape[1:] + (e,), "out/kernel", o.shape, f"{q.shape[1:] + (e,)}")
+    out["out_proj.weight"] = o.reshape(e, e).T
+    if ("params", "out", "bias") in f:
+        out["out_proj.bias"] = f[("params", "out", "bias")]
+    return out
+
+
+_GATES = "ifgo"  # torch's row-block order in the packed LSTM weights; Flax names gates by letter
+
+
+def _lstm_to_flax(t, layer, check, grads=False):
+    w_ih, w_hh = t["weight_ih_l0"], t["weight_hh_l0"]
+    h = w_hh.shape[1]
+    check(w_hh.shape == (4 * h, h), "weight_hh_l0", w_hh.shape, f"(4*H, H) = {(4 * h, h)}")
+    check(w_ih.ndim == 2 and w_ih.shape[0] == 4 * h, "weight_ih_l0", w_ih.shape, f"(4*H, input) with H={h}")
+    # grads: both torch biases get d(loss)/d(sum), so the sum's gradient is either one of them
+    bias = t["bias_ih_l0"] if grads else t["bias_ih_l0"] + t["bias_hh_l0"]
+    out = {}
+    for g, gate in enumerate(_GATES):
+        rows = slice(g * h, (g + 1) * h)
+        out[("params", "i" + gate, "kernel")] = w_ih[rows].T
+        out[("params", "h" + gate, "kernel")] = w_hh[rows].T
+        out[("params", "h" + gate, "bias")] = bias[rows]
+    return out
+
+
+def _lstm_to_torch(f, layer, check, grads=False):
+    def stack(prefix, leaf):
+        return np.concatenate([f[("params", prefix + gate, leaf)].T for gate in _GATES])
+    bias = np.concatenate([f[("params", "h" + gate, "bias")] for gate in _GATES])
+    return {"weight_ih_l0": stack("i", "kernel"), "weight_hh_l0": stack("h", "kernel"),
+            "bias_ih_l0": bias, "bias_hh_l0": bias if grads else np.zeros_like(bias)}
+
+
+RULES: dict[str, Rule] = {
+    "linear": Rule(("weight", "bias"), ("weight",), (), _dense_to_flax, _dense_to_torch),
+    "conv": Rule(("weight", "bias"), ("weight",), (), _conv_to_flax, _conv_to_torch),
+    "batchnorm": Rule(("weight", "bias", "running_mean", "running_var", "num_batches_tracked"),
+                       ("running_mean", "running_var"), ("running_mean", "running_var"),
+                       *_renamer(_NORM_PAIRS + _BN_STATS)),
+    "layernorm": Rule(("weight", "bias"), (), (), *_renamer(_NORM_PAIRS)),
+    "embedding": Rule(("weight",), ("weight",), (), *_renamer((("weight", ("params", "embedding")),))),
+    "mha": Rule(("in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"),
+                 ("in_proj_weight", "out_proj.weight"), (), _mha_to_flax, _mha_to_torch),
+    "lstm": Rule(("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"),
+                  ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"), (),
+                  _lstm_to_flax, _lstm_to_torch,
+                  lambda t, l, c: _lstm_to_flax(t, l, c, grads=True),
+                  lambda f, l, c: _lstm_to_torch(f, l, c, grads=True)),
+}

@@ -1,0 +1,251 @@
+"""Weights between a torch `state_dict` and Flax linen variables, layer by layer, both ways.
+
+A mapping is a list of `Layer(kind, torch_prefix, flax_path)` entries. Each kind has one rule
+that turns the layer's torch tensors into its Flax leaves and back; the rules are exact (only
+transposes, reshapes and copies), so round trips are bitwise, in float32 and float64.
+
+| kind      | torch (suffix: shape)                          | Flax (path: shape)                          |
+|-----------|------------------------------------------------|---------------------------------------------|
+| linear    | weight (O, I), bias (O)                        | params kernel (I, O) = weight.T, bias       |
+| conv      | weight (O, I, *k), bias (O)   (Conv1d/2d/3d)   | params kernel (*k, I, O), bias              |
+| batchnorm | weight, bias, running_mean, running_var        | params scale, bias; batch_stats mean, var   |
+| layernorm | weight, bias                                   | params scale, bias                          |
+| embedding | weight (V, E)                                  | params embedding (V, E)                     |
+| mha       | in_proj_weight (3E, E), in_proj_bias (3E),     | params query/key/value kernel (E, H, D),    |
+|           | out_proj.weight (E, E), out_proj.bias (E)      | bias (H, D); out kernel (H, D, E), bias (E) |
+| lstm      | weight_ih_l0 (4H, I), weight_hh_l0 (4H, H),    | params i{i,f,g,o} kernel (I, H);            |
+|           | bias_ih_l0 (4H), bias_hh_l0 (4H)  (gates ifgo) | h{i,f,g,o} kernel (H, H), bias (H)          |
+
+Not weights, so not here: BatchNorm momentum is torch `m` = Flax `1 - m` (`flax_momentum`), and
+torch's `num_batches_tracked` has no Flax counterpart (dropped; kept from `like` on the way back).
+LSTM: Flax has one bias per gate, torch two; torch -> Flax sums them, Flax -> torch puts the sum
+in `bias_ih_l0` and zeros in `bias_hh_l0` (same function; the torch -> Flax -> torch round trip
+keeps `bias_ih + bias_hh`, not the split).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ._convert_rules import RULES
+
+
+class ConversionError(ValueError):
+    """A mapping does not fit the weights: missing or uncovered parameter, wrong shape, bad kind."""
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One mapping entry: torch module prefix ('features.0') <-> Flax path ('Conv_0', 'block/attn').
+
+    `num_heads` is needed for kind 'mha' only (torch packs the heads; Flax splits them).
+    """
+    kind: str
+    torch: str
+    flax: str
+    num_heads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in RULES:
+            raise ConversionError(
+                f"Layer {self.torch!r} -> {self.flax!r}: unsupported layer kind {self.kind!r}; "
+                f"supported kinds: {sorted(RULES)}; convert this layer by hand or add a rule")
+        if self.kind == "mha" and not (isinstance(self.num_heads, int) and self.num_heads > 0):
+            raise ConversionError(f"Layer mha {self.torch!r}: num_heads={self.num_heads!r}; "
+                                  "pass the attention's head count, e.g. Layer('mha', ..., num_heads=4)")
+
+
+def flax_momentum(torch_momentum: float) -> float:
+    """Flax BatchNorm `momentum` equivalent to torch's: torch weighs the new batch by m, Flax the old."""
+    return 1.0 - torch_momentum
+
+
+# ---- drivers ----
+
+def torch_to_flax(state_dict: Mapping[str, Any], mapping: Sequence[Layer | tuple], *,
+                  like: Mapping | None = None, strict: bool = True) -> dict:
+    """Convert a torch `state_dict` into Flax variables {'params': ..., 'batch_stats': ...}.
+
+    Leaves are fresh C-contiguous numpy arrays (a copy; nothing aliases the torch tensors).
+    Args:
+      like: Flax variables (or `jax.eval_shape` of `init`) whose tree and shapes must be matched.
+      strict: every torch key (but `num_batches_tracked`) must be covered by the mapping.
+    """
+    return _to_flax("torch_to_flax", state_dict, mapping, like, strict, grads=False)
+
+
+def flax_to_torch(variables: Mapping, mapping: Sequence[Layer | tuple], *,
+                  like: Mapping[str, Any] | None = None, strict: bool = True) -> dict:
+    """Convert Flax variables into a torch `state_dict` of fresh CPU tensors (a copy).
+
+    Args:
+      like: a torch state_dict whose keys and shapes must be matched; its `num_batches_tracked`
+        buffers, which Flax lacks, are copied into the result so `load_state_dict` is strict-safe.
+      strict: every Flax leaf must be covered by the mapping.
+    """
+    flat = _flatten(variables)
+    return _to_torch("flax_to_torch", flat, mapping, like, strict, grads=False)
+
+
+def torch_grads_to_flax(grads: Mapping[str, Any], mapping: Sequence[Layer | tuple]) -> dict:
+    """Convert torch parameter gradients {name: grad} into a Flax params-shaped tree (as from jax.grad)."""
+    return _to_flax("torch_grads_to_flax", grads, mapping, None, True, grads=True)["params"]
+
+
+def flax_grads_to_torch(grads: Mapping, mapping: Sequence[Layer | tuple]) -> dict:
+    """Convert a Flax params-shaped gradient tree into torch {parameter name: grad tensor}."""
+    flat = {("params", *k): v for k, v in _flatten(grads).items()}
+    return _to_torch("flax_grads_to_torch", flat, mapping, None, True, grads=True)
+
+
+def _to_flax(where, tensors, mapping, like, strict, grads):
+    from flax.traverse_util import unflatten_dict
+
+    flat = {key: _numpy(where, key, value) for key, value in tensors.items()}
+    used, leaves, source = set(), {}, {}
+    for layer in _layers(mapping):
+        rule = RULES[layer.kind]
+        local = _take_torch(where, flat, layer, rule, grads, used)
+        convert = rule.grads_to_flax if grads and rule.grads_to_flax else rule.to_flax
+        for key, value in convert(local, layer, _checker(where, layer)).items():
+            path = (key[0], *_parts(layer.flax), *key[1:])
+            leaves[path], source[path] = np.array(value, order="C", copy=True), layer
+    uncovered = [k for k in flat if k not in used and not k.endswith("num_batches_tracked")]
+    if strict and uncovered:
+        raise ConversionError(f"{where}: torch keys {uncovered} are not covered by the mapping; "
+                              "add a Layer for their module (or pass strict=False to skip them)")
+    if like is not None:
+        _match(where, leaves, {k: v.shape for k, v in _flatten(like).items()}, source, "Flax model")
+    return unflatten_dict(leaves)
+
+
+def _to_torch(where, flat, mapping, like, strict, grads):
+    import torch
+
+    flat = {key: _numpy(where, "/".join(key), value) for key, value in flat.items()}
+    used, tensors, source = set(), {}, {}
+    for layer in _layers(mapping):
+        rule = RULES[layer.kind]
+        local = _take_flax(flat, layer, used)
+        convert = rule.grads_to_torch if grads and rule.grads_to_torch else rule.to_torch
+        try:
+            converted = convert(local, layer, _checker(where, layer))
+        except KeyError as missing:
+            leaf = "/".join((missing.args[0][0], *_parts(layer.flax), *missing.args[0][1:]))
+            raise ConversionError(f"{where}: {_describe(layer)}: missing Flax leaf {leaf!r}; "
+                                  "fix the mapping's Flax path or the variables") from None
+        for suffix, value in converted.items():
+            name = f"{layer.torch}.{suffix}" if layer.torch else suffix
+            tensors[name], source[name] = np.array(value, order="C", copy=True), layer
+        used.update((k[0], *_parts(layer.flax), *k[1:]) for k in local.read_keys())
+    uncovered = ["/".join(k) for k in flat if k not in used]
+    if strict and uncovered:
+        raise ConversionError(f"{where}: Flax leaves {uncovered} are not covered by the mapping; "
+                              "add a Layer for their module (or pass strict=False to skip them)")
+    if like is not None:
+        shapes = {k: tuple(v.shape) for k, v in like.items() if not k.endswith("num_batches_tracked")}
+        _match(where, tensors, shapes, source, "torch model")
+        tensors.update({k: v for k, v in like.items() if k.endswith("num_batches_tracked")})
+    return {k: v if isinstance(v, torch.Tensor) else torch.from_numpy(v) for k, v in tensors.items()}
+
+
+class _Tracked(dict):
+    """A layer's Flax leaves that remembers which ones its rule read (the rest are uncovered)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.read = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def read_keys(self):
+        return [k for k in self.read if dict.__contains__(self, k)]
+
+
+def _take_torch(where, flat, layer, rule, grads, used):
+    prefix = f"{layer.torch}." if layer.torch else ""
+    local = {s: flat[prefix + s] for s in rule.torch_keys if prefix + s in flat}
+    used.update(prefix + s for s in local)
+    missing = [prefix + s for s in rule.torch_required
+               if s not in local and not (grads and s in rule.buffers)]
+    if missing:
+        nearby = sorted(k for k in flat if k.startswith(prefix))
+        raise ConversionError(f"{where}: {_describe(layer)}: missing torch key {missing[0]!r} "
+                              f"(keys under {layer.torch!r}: {nearby}); fix the mapping's torch prefix")
+    return local
+
+
+def _take_flax(flat, layer, used):
+    depth = len(_parts(layer.flax))
+    return _Tracked({(k[0], *k[1 + depth:]): v for k, v in flat.items()
+                     if _under(k, layer.flax) and k not in used})
+
+
+def _under(key: tuple, flax_path: str) -> bool:
+    parts = _parts(flax_path)
+    return key[1:1 + len(parts)] == parts and len(key) > 1 + len(parts)
+
+
+def _match(where, produced, expected, source, model):
+    def show(key):
+        return key if isinstance(key, str) else "/".join(key)
+    for key in produced:
+        name = show(key)
+        if key not in expected:
+            raise ConversionError(f"{where}: {_describe(source[key])} produced {name!r} but the {model} "
+                                  f"has no such entry (it has {sorted(map(show, expected))}); "
+                                  "fix the mapping's path")
+        if tuple(produced[key].shape) != tuple(expected[key]):
+            raise ConversionError(f"{where}: {name!r} from {_describe(source[key])} has shape "
+                                  f"{tuple(produced[key].shape)} but the {model} expects "
+                                  f"{tuple(expected[key])}; check the layer kind and sizes")
+    missing = [show(k) for k in expected if k not in produced]
+    if missing:
+        raise ConversionError(f"{where}: the {model} has {missing} that the mapping does not produce; "
+                              "add a Layer for them")
+
+
+def _checker(where, layer):
+    def check(ok: bool, name: str, shape, expected: str) -> None:
+        if not ok:
+            raise ConversionError(f"{where}: {_describe(layer)}: {name} has shape {tuple(shape)}, "
+                                  f"expected {expected}")
+    return check
+
+
+def _describe(layer: Layer) -> str:
+    return f"{layer.kind} layer torch {layer.torch!r} <-> flax {layer.flax!r}"
+
+
+def _layers(mapping):
+    return [entry if isinstance(entry, Layer) else Layer(*entry) for entry in mapping]
+
+
+def _parts(flax_path: str) -> tuple[str, ...]:
+    return tuple(p for p in flax_path.split("/") if p)
+
+
+def _flatten(tree: Mapping) -> dict:
+    from flax.traverse_util import flatten_dict
+    return flatten_dict(dict(tree))
+
+
+def _numpy(where, name, value) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor; numpy() shares memory, we copy later
+        if str(value.dtype) == "torch.bfloat16":
+            raise ConversionError(f"{where}: {name!r} is bfloat16, which numpy lacks; "
+                                  "convert in float32 (module.float()) and cast after")
+        return value.detach().cpu().numpy()
+    return np.asarray(value)

@@ -1,0 +1,112 @@
+"""`ModelPair`: a torch model and a Flax model that compute the same function, and a registry."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..convert import Layer
+
+
+def _same_layout(arrays: tuple) -> tuple:
+    return arrays
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """A torch module and a Flax linen module, plus what is needed to compare them.
+
+    Conventions: the Flax module's `__call__(*inputs, train=False)`; with `has_batch_stats`, a
+    training call needs `mutable=['batch_stats']`. Both models take the batch on `batch_axis` and
+    return outputs of the same layout, so outputs compare directly.
+
+    Attributes:
+      name: registry key.
+      make_torch: () -> torch.nn.Module in float32 with torch's own init (seed torch first).
+      make_flax: () -> flax.linen.Module (dtype follows the variables and inputs).
+      mapping: `Layer` entries converting the torch state_dict to Flax variables and back.
+      make_inputs: (batch_size, seed, dtype) -> (inputs, targets), numpy, in the torch layout;
+        `dtype` is the float dtype (integer inputs such as token ids are int32).
+      loss_torch / loss_jax: (output, targets) -> scalar; the same loss in each framework.
+      to_flax_inputs: torch-layout inputs -> Flax-layout inputs (e.g. NCHW -> NHWC).
+    """
+    name: str
+    make_torch: Callable[[], Any]
+    make_flax: Callable[[], Any]
+    mapping: Sequence[Layer]
+    make_inputs: Callable[[int, int, Any], tuple[tuple[np.ndarray, ...], np.ndarray]]
+    loss_torch: Callable[[Any, Any], Any]
+    loss_jax: Callable[[Any, Any], Any]
+    to_flax_inputs: Callable[[tuple], tuple] = _same_layout
+    batch_axis: int = 0
+    has_batch_stats: bool = False
+    description: str = field(default="", compare=False)
+
+    def build(self, seed: int = 0, dtype: Any = np.float32) -> tuple[Any, Any, dict]:
+        """Return (torch_module, flax_module, flax_variables) holding the same weights.
+
+        The torch module is initialised under `torch.manual_seed(seed)` (the global torch RNG is
+        left untouched) and cast to `dtype`; the variables are its converted state (numpy copies),
+        checked against the Flax module's own init shapes (traced, not compiled). Apply float64
+        variables under `jax.enable_x64(True)`: without it JAX silently computes in float32.
+        """
+        import torch
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            torch_module = self.make_torch().to(torch.float64 if np.dtype(dtype) == np.float64
+                                                else torch.float32)
+        flax_module = self.make_flax()
+        variables = self.torch_to_flax(torch_module.state_dict(), like=self.flax_shapes(flax_module))
+        return torch_module, flax_module, variables
+
+    def flax_shapes(self, flax_module: Any) -> dict:
+        """Shapes of the Flax module's variables, from `jax.eval_shape` of its init (no compile)."""
+        import jax
+
+        inputs, _ = self.make_inputs(2, 0, np.float32)
+        flax_inputs = self.to_flax_inputs(inputs)
+        return jax.eval_shape(lambda: flax_module.init(jax.random.key(0), *flax_inputs))
+
+    def torch_to_flax(self, state_dict: Any, *, like: Any = None) -> dict:
+        """`convert.torch_to_flax` with this pair's mapping."""
+        from ..convert import torch_to_flax
+        return torch_to_flax(state_dict, self.mapping, like=like)
+
+    def flax_to_torch(self, variables: Any, *, like: Any = None) -> dict:
+        """`convert.flax_to_torch` with this pair's mapping."""
+        from ..convert import flax_to_torch
+        return flax_to_torch(variables, self.mapping, like=like)
+
+    def grads_to_torch(self, grads: Any) -> dict:
+        """Flax params-shaped gradients -> torch {parameter name: grad} (`convert.flax_grads_to_torch`)."""
+        from ..convert import flax_grads_to_torch
+        return flax_grads_to_torch(grads, self.mapping)
+
+
+_REGISTRY: dict[str, ModelPair] = {}
+
+
+def register(pair: ModelPair, *, replace: bool = False) -> ModelPair:
+    """Add `pair` to the registry under `pair.name` (refuses to shadow one unless `replace`)."""
+    if not isinstance(pair, ModelPair):
+        raise TypeError(f"register: expected a ModelPair, got {type(pair).__name__}")
+    if pair.name in _REGISTRY and not replace:
+        raise ValueError(f"register: a pair named {pair.name!r} exists; pass replace=True to override it")
+    _REGISTRY[pair.name] = pair
+    return pair
+
+
+def get(name: str) -> ModelPair:
+    """The registered pair called `name`."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown model pair {name!r}; known pairs: {names()}; "
+                       "register your own with comparisons.models.register(ModelPair(...))") from None
+
+
+def names() -> list[str]:
+    """Names of the registered pairs, sorted."""
+    return sorted(_REGISTRY)
