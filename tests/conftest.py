@@ -8,3 +8,7 @@ if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
 import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
+
+# Virtual torch devices change process-global state; their tests run in their own pytest process:
+# `python -m pytest tests/virtual` (tests/virtual/conftest.py installs vdev:0..3 there).
+collect_ignore = ["virtual"]
