@@ -1,0 +1,25 @@
+"""dp_jax: PyTorch's nn.DataParallel pipeline (scatter, replicate, parallel_apply, gather) in JAX.
+
+Devices are `jax.Device`s or indices into `jax.devices()`; every array a step returns is committed
+to its device. Chunk sizes, padding and gather rules follow torch (docs/divergences_jax.md lists
+where we refuse instead of reproducing a torch bug). `DataParallel`/`data_parallel` run the four
+steps per device ("explicit") or as one sharded program (see `STRATEGIES`).
+"""
+from dp_jax.data_parallel import DataParallel, data_parallel
+from dp_jax.parallel_apply import parallel_apply
+from dp_jax.replicate import replicate
+from dp_jax.scatter_gather import chunk_sizes, gather, scatter, scatter_kwargs
+from dp_jax.strategies import STRATEGIES, ShardPlan
+
+__all__ = [
+    "STRATEGIES",
+    "ShardPlan",
+    "DataParallel",
+    "chunk_sizes",
+    "data_parallel",
+    "gather",
+    "parallel_apply",
+    "replicate",
+    "scatter",
+    "scatter_kwargs",
+]

@@ -1,0 +1,107 @@
+"""Inputs of the mapped strategies: split args/kwargs into batched arrays and static values, pad, place.
+
+Arrays (jax or numpy) are split along `dim` like torch splits tensors; every other leaf (a bool
+`train` flag, a string) is passed to every replica unchanged and is part of the compile key, so
+it must be hashable.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from dp_jax._devices import is_array_leaf
+from dp_jax._strategy_plan import ShardPlan
+from dp_jax.scatter_gather import _common_batch  # one batch check for every strategy
+
+
+class SplitArgs(NamedTuple):
+    """(args, kwargs) as a treedef, the static leaves (position, value) and the array leaves."""
+
+    treedef: Any
+    static: tuple[tuple[int, Any], ...]
+    arrays: list[Any]
+    axes: list[int]
+
+    def rebuild(self, arrays: list[Any]) -> tuple[tuple, dict]:
+        """(args, kwargs) with `arrays` (e.g. one replica's shards) in place of the array leaves."""
+        static = dict(self.static)
+        it = iter(arrays)
+        leaves = [static[i] if i in static else next(it) for i in range(len(static) + len(arrays))]
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+def batch_size_of(args: tuple, kwargs: dict, dim: int, who: str) -> int | None:
+    """The size along `dim` shared by every array in (args, kwargs); None when there is no array."""
+    flat = jax.tree_util.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]
+    return _common_batch([leaf for _, leaf in flat], _names(flat), dim, who)
+
+
+def _names(flat: list) -> list[str]:
+    return [("args" if path[0].idx == 0 else "kwargs") + jax.tree_util.keystr(path[1:]) for path, _ in flat]
+
+
+def split_args(args: tuple, kwargs: dict, dim: int, who: str) -> tuple[SplitArgs, int | None]:
+    """Split (args, kwargs) and return it with the common batch size along `dim` (None: no arrays)."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path((tuple(args), dict(kwargs)))
+    names = _names(flat)
+    leaves = [leaf for _, leaf in flat]
+    batch = _common_batch(leaves, names, dim, who)
+    static, arrays = [], []
+    for position, (name, leaf) in enumerate(zip(names, leaves)):
+        if is_array_leaf(leaf):
+            arrays.append(leaf)
+        else:
+            _require_hashable(leaf, name, who)
+            static.append((position, leaf))
+    axes = [dim % x.ndim for x in arrays]
+    return SplitArgs(treedef, tuple(static), arrays, axes), batch
+
+
+def _require_hashable(leaf: Any, name: str, who: str) -> None:
+    try:
+        hash(leaf)
+    except TypeError:
+        raise TypeError(
+            f"{who}: leaf {name} of type {type(leaf).__name__} is neither an array nor hashable; "
+            "non-array arguments are compile-time constants here, so pass it as an array or a hashable value"
+        ) from None
+
+
+def pad_to(x: Any, axis: int, rows: int) -> Any:
+    """`x` with its last row along `axis` repeated up to `rows` rows (finite data, unlike zeros)."""
+    missing = rows - x.shape[axis]
+    if missing == 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, missing)
+    return np.pad(x, widths, mode="edge") if isinstance(x, np.ndarray) else jnp.pad(x, widths, mode="edge")
+
+
+def split_replica_axis(x: Any, axis: int, replicas: int) -> Any:
+    """Reshape `axis` of size k*c into (k, c): axis `axis` then indexes the replica."""
+    shape = x.shape
+    return x.reshape(shape[:axis] + (replicas, shape[axis] // replicas) + shape[axis + 1 :])
+
+
+def spec_at(axis: int, name: str) -> P:
+    """PartitionSpec that shards `axis` over the mesh axis `name` and replicates the rest."""
+    return P(*([None] * axis), name)
+
+
+def place_arrays(split: SplitArgs, plan: ShardPlan, mesh: Any, name: str, stacked: bool) -> list[Any]:
+    """Pad each array to the plan, optionally reshape to (k, c), and shard it over `mesh`.
+
+    Copies: the padded array (if padding) and one host-to-device or device-to-device transfer.
+    """
+    placed = []
+    for x, axis in zip(split.arrays, split.axes):
+        x = pad_to(x, axis, plan.padded_size)
+        if stacked:
+            x = split_replica_axis(x, axis, len(plan.devices))
+        placed.append(jax.device_put(x, NamedSharding(mesh, spec_at(axis, name))))
+    return placed

@@ -1,0 +1,86 @@
+"""ShardPlan: which device runs which rows, and how a strategy pads them to equal shards.
+
+Every strategy keeps torch's chunking: chunk size ceil(B / n), and only as many replicas as there
+are chunks (batch 5 on 4 devices: 2, 2, 1 on three devices). The mapped strategies ('pmap',
+'sharded', 'shard_map') need equal shards, so they pad the *last* chunk up to the chunk size by
+repeating its last row. Replica i therefore always holds torch's rows i*c .. i*c+c-1, chunk 0 is
+never padded, and padded rows are dropped before the output is gathered.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+
+from dp_jax._devices import device_label
+from dp_jax.scatter_gather import chunk_sizes
+
+STRATEGIES = ("explicit", "pmap", "sharded", "shard_map")
+PADDING_STRATEGIES = ("pmap", "sharded", "shard_map")
+
+
+class ShardPlan(NamedTuple):
+    """Where one call's rows go.
+
+    Attributes:
+      strategy: the strategy that made the plan.
+      batch_size: rows along `dim` in the inputs (None when no input array is split).
+      chunk_sizes: torch chunk sizes, one per replica (`replica i` runs on `devices[i]`).
+      padded_size: rows after padding (== batch_size unless the last chunk is padded).
+      devices: the devices that run a replica, `device_ids[:len(chunk_sizes)]` as in torch.
+    """
+
+    strategy: str
+    batch_size: int | None
+    chunk_sizes: tuple[int, ...]
+    padded_size: int | None
+    devices: tuple[jax.Device, ...]
+
+    @property
+    def pad_rows(self) -> int:
+        """Rows of padding appended to the last chunk (0 for 'explicit' and even batches)."""
+        return 0 if self.batch_size is None else self.padded_size - self.batch_size
+
+    @property
+    def shard_size(self) -> int:
+        """Rows each replica computes on (the chunk size; padded shards included)."""
+        return self.chunk_sizes[0] if self.chunk_sizes else 0
+
+    def rows(self, replica: int) -> range:
+        """The input rows (original indices, padding excluded) that `replica` computes on."""
+        start = sum(self.chunk_sizes[:replica])
+        return range(start, start + self.chunk_sizes[replica])
+
+    def describe(self) -> str:
+        """One line per replica, e.g. "replica 2 on cpu:2: rows 4..4 (+1 padding row)"."""
+        lines = []
+        for i, device in enumerate(self.devices):
+            rows = self.rows(i)
+            span = f"rows {rows.start}..{rows.stop - 1}" if rows else "no rows"
+            pad = self.shard_size - len(rows) if self.strategy in PADDING_STRATEGIES else 0
+            lines.append(f"replica {i} on {device_label(device)}: {span}" + (f" (+{pad} padding)" if pad else ""))
+        return "\n".join(lines)
+
+
+def plan_shards(batch_size: int | None, devices: tuple[jax.Device, ...], strategy: str) -> ShardPlan:
+    """The ShardPlan for `batch_size` rows on `devices` under `strategy` (no data is touched).
+
+    With no input array to split (batch_size None), one replica runs on devices[0], as in torch.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is unknown; pass one of {', '.join(map(repr, STRATEGIES))}")
+    if batch_size is None:
+        return ShardPlan(strategy, None, (), None, tuple(devices[:1]))
+    sizes = tuple(chunk_sizes(batch_size, len(devices)))
+    padded = batch_size if strategy == "explicit" else len(sizes) * (sizes[0] if sizes else 0)
+    return ShardPlan(strategy, batch_size, sizes, padded, tuple(devices[: len(sizes)]))
+
+
+def even_batch_sizes_near(batch_size: int, n_devices: int) -> tuple[int, int]:
+    """The nearest batch sizes below and above `batch_size` that split into equal torch chunks."""
+    def even(b: int) -> bool:
+        return b > 0 and b % math.ceil(b / n_devices) == 0
+    below = next((b for b in range(batch_size - 1, 0, -1) if even(b)), n_devices)
+    above = next(b for b in range(batch_size + 1, batch_size + n_devices * batch_size + 2) if even(b))
+    return below, above

@@ -1,0 +1,131 @@
+"""DataParallel for Flax: torch's nn.DataParallel for a linen Module or any apply function.
+
+The JAX twin of dp_torch/data_parallel.py. One call scatters the inputs in torch-sized chunks,
+runs one replica per device with the chosen strategy, and gathers the outputs on output_device.
+State follows torch: the updated collections (BatchNorm batch_stats) are replica 0's, i.e.
+computed from chunk 0 only, unless `sync_collections=True` asks for their mean over replicas.
+
+An NNX module goes through its functional form:
+    graphdef, state = nnx.split(model)
+    def apply_fn(state, x): return nnx.merge(graphdef, state)(x)
+    DataParallel(apply_fn).apply(state, x)
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+
+from dp_jax._devices import resolve_device, resolve_devices
+from dp_jax._strategy_cache import ReplicaCache
+from dp_jax._strategy_plan import ShardPlan, plan_shards
+from dp_jax.strategies import REPLICA_AXIS, check_strategy, place_variables, run_strategy
+
+
+class DataParallel:
+    """Run a Flax model data-parallel over `device_ids` (default: all of jax.devices()).
+
+    Args:
+      module_or_apply_fn: a linen Module (its `apply` is used) or any `fn(variables, *args, **kwargs)`;
+        `mutable=` and `rngs=` are passed to it only when given, as flax's Module.apply takes them.
+      device_ids: jax.Devices or indices into jax.devices(); 'explicit' allows repeats.
+      output_device: where the output is gathered (default device_ids[0]; "cpu" allowed). With a
+        single device the output stays on it, as in torch.
+      dim: the batch dimension of every input and output array.
+      strategy: 'explicit' | 'pmap' | 'sharded' | 'shard_map' (see docs/strategies.md).
+      sync_collections: return the mean over replicas of updated floating collections instead of
+        replica 0's (a cheap, approximate SyncBatchNorm: the mean of per-chunk variances).
+      axis_name: name the replica axis, so collectives in the model (BatchNorm(axis_name=...),
+        lax.pmean) span every replica: true SyncBatchNorm. Not with 'explicit'.
+    The variables placed on the devices are cached (last two, by leaf identity), so a second call
+    with the same variables sends nothing; `.cache.clear()` frees them.
+    """
+
+    def __init__(
+        self, module_or_apply_fn: nn.Module | Callable[..., Any], device_ids: Sequence[Any] | None = None,
+        output_device: Any = None, dim: int = 0, strategy: str = "explicit", *,
+        sync_collections: bool = False, axis_name: str | None = None,
+    ):
+        self.apply_fn = _apply_fn_of(module_or_apply_fn)
+        self.device_ids = tuple(resolve_devices(jax.devices() if device_ids is None else device_ids, "device_ids"))
+        self.output_device = (self.device_ids[0] if output_device is None
+                              else resolve_device(output_device, "output_device", allow_cpu_literal=True))
+        check_strategy(strategy, axis_name)
+        self.dim, self.strategy = dim, strategy
+        self.sync_collections, self.axis_name = sync_collections, axis_name
+        self.cache = ReplicaCache(maxsize=2)
+        self.last_plan: ShardPlan | None = None
+
+    def apply(self, variables: Any, *args: Any, mutable: Any = False, rngs: dict | None = None, **kwargs: Any) -> Any:
+        """Like flax's Module.apply, data-parallel: returns out, or (out, updated_collections) if mutable.
+
+        Each replica i gets rngs {name: jax.random.fold_in(key, i)}. Transfers the chunks, the
+        variables (first call only, while cached) and the output; compiles once per input shapes.
+        """
+        if rngs is not None and not isinstance(rngs, dict):
+            raise TypeError(f"rngs must be a dict of PRNG keys, e.g. {{'dropout': jax.random.key(0)}}, "
+                            f"not a {type(rngs).__name__}")
+        result = run_strategy(
+            self.strategy, _replica_fn(self.apply_fn, _hashable_filter(mutable)), variables, args, kwargs,
+            devices=self.device_ids, output_device=self.output_device, dim=self.dim, rngs=rngs,
+            cache=self.cache, updates_collections=bool(mutable), sync_collections=self.sync_collections,
+            axis_name=self.axis_name,
+        )
+        self.last_plan = result.plan
+        return (result.output, result.collections) if mutable else result.output
+
+    __call__ = apply
+
+    def place(self, variables: Any, batch_size: int | None = None) -> Any:
+        """Send `variables` to the devices a batch of `batch_size` rows uses (default: all), ahead of apply.
+
+        Transfers once; later calls with the same variables (and replica count) reuse the copies.
+        Returns the placed copies (a list per device for 'explicit', P()-replicated arrays otherwise).
+        """
+        devices = self.device_ids if batch_size is None else self.plan(batch_size).devices
+        return place_variables(self.strategy, variables, devices, self.cache, self.axis_name or REPLICA_AXIS)
+
+    def plan(self, batch_size: int | None) -> ShardPlan:
+        """The ShardPlan a batch of `batch_size` rows would get (devices, chunk sizes, padding)."""
+        return plan_shards(batch_size, self.device_ids, self.strategy)
+
+
+def data_parallel(
+    apply_fn: Callable[..., Any], variables: Any, inputs: Any, device_ids: Sequence[Any] | None = None,
+    output_device: Any = None, dim: int = 0, module_kwargs: dict | None = None, strategy: str = "explicit",
+) -> Any:
+    """Functional DataParallel: apply_fn(variables, *inputs, **module_kwargs) over device_ids.
+
+    `inputs` that is not a tuple is one argument; None means none. Like torch's data_parallel it
+    places the variables on every call (no cache); compiled programs are still reused.
+    """
+    inputs = () if inputs is None else inputs if isinstance(inputs, tuple) else (inputs,)
+    wrapper = DataParallel(apply_fn, device_ids, output_device, dim, strategy)
+    return wrapper.apply(variables, *inputs, **(module_kwargs or {}))
+
+
+def _apply_fn_of(module_or_apply_fn: Any) -> Callable[..., Any]:
+    if isinstance(module_or_apply_fn, nn.Module):
+        return module_or_apply_fn.apply
+    if not callable(module_or_apply_fn):
+        raise TypeError(f"module_or_apply_fn={module_or_apply_fn!r} is neither a linen Module nor callable; "
+                        "pass a Module or fn(variables, *args, **kwargs) (for NNX: see this module's docstring)")
+    return module_or_apply_fn
+
+
+def _hashable_filter(mutable: Any) -> Any:
+    """flax collection filters as hashable values (a list of names becomes a tuple)."""
+    return tuple(mutable) if isinstance(mutable, list) else mutable
+
+
+@functools.lru_cache(maxsize=256)
+def _replica_fn(apply_fn: Callable[..., Any], mutable: Any) -> Callable[..., tuple[Any, Any]]:
+    """One hashable replica function per (apply_fn, mutable), so every strategy's jit cache hits."""
+    def replica(variables, rngs, args, kwargs):
+        flax_kwargs = ({"mutable": mutable} if mutable else {}) | ({"rngs": rngs} if rngs is not None else {})
+        result = apply_fn(variables, *args, **kwargs, **flax_kwargs)
+        return result if mutable else (result, {})
+    return replica

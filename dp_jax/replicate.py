@@ -1,0 +1,45 @@
+"""replicate: one committed copy of a variables pytree per device.
+
+The JAX twin of dp_torch/replicate.py. torch rebuilds a module tree around broadcast copies of its
+parameters and buffers; in JAX the model is a pure function, so replicating the variables pytree is
+the whole job. As in torch, replica 0 aliases the original and the other replicas are copies, and
+the copies are differentiable: `jax.grad` through `device_put` sums the replicas' gradients back
+onto the original variables' device, as torch's Broadcast backward (ReduceAddCoalesced) does.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+
+from dp_jax._devices import DeviceLike, is_array_leaf, is_concrete_array, resolve_devices
+
+
+def replicate(variables: Any, devices: Sequence[DeviceLike]) -> list[Any]:
+    """Copy `variables` to every device; returns one pytree per device, its arrays committed there.
+
+    Transfers each array (no compile). Replica 0 reuses the original arrays that are already
+    committed to devices[0] (the same objects) and the buffers of uncommitted ones that live there;
+    replicas 1.. are fresh copies, even on a repeated device. Non-array leaves are shared by reference.
+    """
+    devices = resolve_devices(devices)
+    return [_place_tree(variables, device, fresh_copy=i > 0) for i, device in enumerate(devices)]
+
+
+def _place_tree(tree: Any, device: jax.Device, *, fresh_copy: bool) -> Any:
+    """`tree` with every array committed to `device` (one batched transfer for all leaves)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    to_move = [
+        k for k, leaf in enumerate(leaves)
+        if is_array_leaf(leaf) and (fresh_copy or not _committed_to(leaf, device))
+    ]
+    moved = jax.device_put([leaves[k] for k in to_move], device, may_alias=False if fresh_copy else None)
+    for k, array in zip(to_move, moved):
+        leaves[k] = array
+    return treedef.unflatten(leaves)
+
+
+def _committed_to(leaf: Any, device: jax.Device) -> bool:
+    """True when `leaf` is a concrete array already committed to exactly `device`."""
+    return is_concrete_array(leaf) and leaf.committed and leaf.devices() == {device}

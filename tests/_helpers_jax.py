@@ -1,0 +1,92 @@
+"""Shared helpers for the dp_jax pipeline tests (8 emulated CPU devices, set by conftest)."""
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Iterator
+
+import flax.linen as nn
+import jax
+import jax.monitoring
+import numpy as np
+
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+def devices(n: int) -> list[jax.Device]:
+    """The first n emulated devices (all distinct)."""
+    available = jax.devices()
+    assert len(available) >= n, f"tests need {n} JAX devices; conftest should give 8"
+    return available[:n]
+
+
+def array_leaves(tree: Any) -> list[Any]:
+    return [leaf for leaf in jax.tree_util.tree_leaves(tree) if isinstance(leaf, (jax.Array, np.ndarray))]
+
+
+def assert_committed_to(tree: Any, device: jax.Device) -> None:
+    """Every array leaf of `tree` is a jax.Array committed to exactly `device`."""
+    leaves = array_leaves(tree)
+    assert leaves, "expected at least one array leaf"
+    for leaf in leaves:
+        assert isinstance(leaf, jax.Array), type(leaf)
+        assert leaf.committed, leaf
+        assert leaf.devices() == {device}, (leaf.devices(), device)
+
+
+def assert_trees_equal(actual: Any, expected: Any) -> None:
+    """Same structure and bitwise-equal leaves (arrays compared by value, others by ==)."""
+    assert jax.tree_util.tree_structure(actual) == jax.tree_util.tree_structure(expected)
+    for a, e in zip(jax.tree_util.tree_leaves(actual), jax.tree_util.tree_leaves(expected)):
+        if isinstance(e, (jax.Array, np.ndarray)):
+            assert np.asarray(a).dtype == np.asarray(e).dtype
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+        else:
+            assert a is e
+
+
+class CompileCounter:
+    """Counts XLA backend compilations, through JAX's public monitoring events."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def _listener(self, event: str, duration: float, **kwargs: Any) -> None:
+        if event == BACKEND_COMPILE_EVENT:
+            self.count += 1
+
+
+@contextlib.contextmanager
+def counting_compiles() -> Iterator[CompileCounter]:
+    counter = CompileCounter()
+    jax.monitoring.register_event_duration_secs_listener(counter._listener)
+    try:
+        yield counter
+    finally:
+        jax.monitoring.unregister_event_duration_listener(counter._listener)
+
+
+class MLP(nn.Module):
+    """A small Dense stack; `scale` is a non-array argument (static under jit)."""
+
+    widths: tuple[int, ...] = (16, 16, 3)
+
+    @nn.compact
+    def __call__(self, x: jax.Array, scale: float = 1.0) -> jax.Array:
+        for width in self.widths[:-1]:
+            x = nn.tanh(nn.Dense(width)(x))
+        return nn.Dense(self.widths[-1])(x) * scale
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted_init(features: int):
+    return jax.jit(lambda seed: MLP().init(jax.random.key(seed), np.zeros((1, features), np.float32)))
+
+
+def mlp_and_variables(seed: int, features: int = 5) -> tuple[MLP, Any]:
+    """An MLP and fresh variables (uncommitted, on the default device); one compile per width."""
+    return MLP(), _jitted_init(features)(seed)
+
+
+def batch(seed: int, size: int, features: int = 5) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(size, features)).astype(np.float32)

@@ -1,0 +1,216 @@
+"""dp_jax strategies: shard plans, padding refusals, per-replica keys, the variables cache, compile counts."""
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dp_jax.data_parallel import DataParallel
+from dp_jax.strategies import STRATEGIES, plan_shards, replica_keys
+from tests._models_jax import make
+
+MAPPED = ("pmap", "sharded", "shard_map")
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+@contextlib.contextmanager
+def count_compiles():
+    """Yields a list that collects one entry per XLA backend compile while the block runs."""
+    compiles: list[str] = []
+
+    def listener(event, duration, **_):
+        if event == COMPILE_EVENT:
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield compiles
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
+# --- ShardPlan ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_batch_of_5_on_4_devices_uses_3_replicas(strategy):
+    devices = tuple(jax.devices()[:4])
+    plan = plan_shards(5, devices, strategy)
+    assert plan.chunk_sizes == (2, 2, 1)
+    assert plan.devices == devices[:3]
+    assert [list(plan.rows(i)) for i in range(3)] == [[0, 1], [2, 3], [4]]
+    assert plan.padded_size == (5 if strategy == "explicit" else 6)
+    assert ("+1 padding" in plan.describe()) == (strategy != "explicit")
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.integers(1, 200), n=st.integers(1, 8), strategy=st.sampled_from(STRATEGIES))
+def test_plan_keeps_torch_chunks_and_pads_only_the_last(batch, n, strategy):
+    plan = plan_shards(batch, tuple(jax.devices()[:n]), strategy)
+    chunk = -(-batch // n)
+    assert sum(plan.chunk_sizes) == batch and len(plan.chunk_sizes) <= n
+    assert set(plan.chunk_sizes[:-1]) <= {chunk} and 0 < plan.chunk_sizes[-1] <= chunk
+    assert len(plan.devices) == len(plan.chunk_sizes)
+    expected_pad = 0 if strategy == "explicit" else chunk - plan.chunk_sizes[-1]
+    assert plan.pad_rows == expected_pad and plan.padded_size == batch + expected_pad
+
+
+def test_dataparallel_reports_the_plan_it_ran():
+    model, variables, x = make("mlp", 5, seed=1)
+    dp = DataParallel(model, [0, 1, 2, 3], strategy="pmap")
+    dp.apply(variables, x)
+    assert dp.last_plan == dp.plan(5)
+    assert dp.last_plan.padded_size == 6 and dp.last_plan.devices == tuple(jax.devices()[:3])
+
+
+# --- refusals ----------------------------------------------------------------------------------
+
+
+def test_unknown_strategy_names_value_and_choices():
+    model, _, _ = make("mlp", 4)
+    with pytest.raises(ValueError, match=r"strategy='pjit' is unknown; pass one of 'explicit', 'pmap'"):
+        DataParallel(model, strategy="pjit")
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_uneven_batch_in_bn_training_raises_naming_strategy_batch_and_fix(strategy):
+    model, variables, x = make("convbn", 5, seed=2)
+    dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy)
+    with pytest.raises(ValueError, match=rf"strategy='{strategy}'.*batch of 5 rows on 4 devices.*"
+                                         r"padded to 6.*BatchNorm.*strategy='explicit'.*\(e\.g\. 4 or 6\)"):
+        dp.apply(variables, x, True, mutable=["batch_stats"])
+
+
+def test_explicit_runs_uneven_bn_training_with_chunk_0_stats():
+    model, variables, x = make("convbn", 5, seed=2)
+    out, stats = DataParallel(model, [0, 1, 2, 3]).apply(variables, x, True, mutable=["batch_stats"])
+    _, chunk0 = model.apply(variables, x[:2], True, mutable=["batch_stats"])
+    assert out.shape == (5, 3)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), stats, chunk0)
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_uneven_batch_with_dropout_rngs_raises(strategy):
+    model, variables, x = make("mlp", 7, seed=3)
+    dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy)
+    with pytest.raises(ValueError, match=r"batch of 7 rows.*random draws.*strategy='explicit'"):
+        dp.apply(variables, x, True, rngs={"dropout": jax.random.key(0)})
+
+
+def test_per_replica_reduction_with_padding_raises():
+    model, variables, x = make("mlp", 5, seed=4)
+    dp = DataParallel(lambda v, x: jnp.sum(model.apply(v, x)), [0, 1, 2, 3], strategy="sharded")
+    with pytest.raises(ValueError, match=r"output has shape \(\) per replica, not 2 rows.*padding"):
+        dp.apply(variables, x)
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_mapped_strategy_refuses_a_repeated_device(strategy):
+    model, variables, x = make("mlp", 4)
+    with pytest.raises(ValueError, match=r"device_ids\[1\]=cpu:0 repeats device_ids\[0\].*strategy='explicit'"):
+        DataParallel(model, [0, 0], strategy=strategy).apply(variables, x)
+
+
+def test_no_devices_raises():
+    model, _, _ = make("mlp", 4)
+    with pytest.raises(ValueError, match=r"device_ids is empty; pass at least one device"):
+        DataParallel(model, device_ids=[])
+
+
+def test_device_index_out_of_range_raises():
+    model, _, _ = make("mlp", 4)
+    with pytest.raises(ValueError, match=r"device_ids\[1\]=99 is out of range: jax.devices\(\) has 8 devices"):
+        DataParallel(model, device_ids=[0, 99])
+
+
+def test_axis_name_with_explicit_raises():
+    model, _, _ = make("convbn", 4)
+    with pytest.raises(ValueError, match=r"axis_name='batch'.*strategy='explicit'.*use strategy='pmap'"):
+        DataParallel(model, strategy="explicit", axis_name="batch")
+
+
+def test_rngs_must_be_a_dict():
+    model, variables, x = make("mlp", 4)
+    with pytest.raises(TypeError, match=r"rngs must be a dict of PRNG keys.*not a"):
+        DataParallel(model).apply(variables, x, True, rngs=jax.random.key(0))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_user_arrays_are_neither_donated_nor_modified(strategy):
+    model, variables, x = make("convbn", 4, seed=5)
+    x_dev, variables = jnp.asarray(x), jax.device_put(variables, jax.devices()[0])
+    before = jax.tree.map(np.array, (x_dev, variables))
+    DataParallel(model, [0, 1], strategy=strategy).apply(variables, x_dev, True, mutable=["batch_stats"])
+    assert not any(leaf.is_deleted() for leaf in jax.tree.leaves((x_dev, variables)))
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, (x_dev, variables)), before)
+
+
+# --- per-replica rngs and collections ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_replica_i_gets_fold_in_of_key_and_i(seed):
+    key = jax.random.key(seed)
+    keys = replica_keys({"dropout": key}, 3)["dropout"]
+    for i in range(3):
+        np.testing.assert_array_equal(jax.random.key_data(keys[i]), jax.random.key_data(jax.random.fold_in(key, i)))
+
+
+@pytest.mark.parametrize("strategy", ["explicit", "sharded"])
+def test_sync_collections_returns_mean_of_replicas_stats(strategy):
+    model, variables, x = make("convbn", 8, seed=6)
+    dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy, sync_collections=True)
+    _, synced = dp.apply(variables, x, True, mutable=["batch_stats"])
+    per_chunk = [model.apply(variables, x[2 * i : 2 * i + 2], True, mutable=["batch_stats"])[1] for i in range(4)]
+    expected = jax.tree.map(lambda *leaves: np.mean(np.stack(leaves), axis=0), *per_chunk)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), synced, expected)
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_axis_name_gives_full_batch_sync_batchnorm(strategy):
+    model, variables, x = make("convbn", 8, seed=7, axis_name="batch")
+    dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy, axis_name="batch")
+    out, stats = dp.apply(variables, x, True, mutable=["batch_stats"])
+    plain, _, _ = make("convbn", 8, seed=7)
+    full_out, full_stats = plain.apply(variables, x, True, mutable=["batch_stats"])
+    np.testing.assert_allclose(np.asarray(out), np.asarray(full_out), rtol=1e-4, atol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), stats, full_stats)
+
+
+# --- the variables cache and compile counts ------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_second_call_with_same_variables_sends_no_parameters(strategy):
+    model, variables, x = make("mlp", 8, seed=8)
+    variables = jax.device_put(variables, jax.devices()[0])
+    dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy)
+    first = dp.apply(variables, x)
+    second = dp.apply(variables, x)
+    assert (dp.cache.misses, dp.cache.hits) == (1, 1)
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(second))
+    # the lookup the second call made moves nothing between devices ...
+    with jax.transfer_guard_device_to_device("disallow_explicit"):
+        dp.place(variables, 8)
+        # ... while new variables (same values, new arrays) would be sent, and the guard catches it
+        fresh = jax.tree.map(lambda a: a + 0, variables)
+        with pytest.raises(Exception, match="Disallowed device-to-device transfer"):
+            dp.place(fresh, 8)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_repeated_calls_with_same_shapes_do_not_recompile(strategy):
+    model, variables, x = make("mlp", 6, seed=9)
+    dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy)
+    with count_compiles() as first:
+        dp.apply(variables, x)
+    fresh = [make("mlp", 6, seed=seed)[1:] for seed in (10, 11)]  # new values and arrays, same shapes
+    with count_compiles() as again:
+        for new_variables, new_x in fresh:
+            dp.apply(new_variables, new_x)
+    assert len(first) > 0 and len(again) == 0
