@@ -12,3 +12,8 @@ def generator(name: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
         GENERATORS[name] = fn
         return fn
     return register
+
+
+# Each page family registers its generators on import.
+import sections_pipeline  # noqa: E402,F401
+import sections_training  # noqa: E402,F401

@@ -1,7 +1,7 @@
 """dp_jax: PyTorch's nn.DataParallel pipeline (scatter, replicate, parallel_apply, gather) in JAX.
 
 Devices are `jax.Device`s or indices into `jax.devices()`; every array a step returns is committed
-to its device. Chunk sizes, padding and gather rules follow torch (docs/divergences_jax.md lists
+to its device. Chunk sizes, padding and gather rules follow torch (docs/divergences.md (section dp_jax) lists
 where we refuse instead of reproducing a torch bug). `DataParallel`/`data_parallel` run the four
 steps per device ("explicit") or as one sharded program (see `STRATEGIES`).
 """

@@ -1,0 +1,131 @@
+"""Generators for the pipeline pages (index, scatter, uneven_batches): placements and chunk sizes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sections import generator
+
+
+# --- shared helpers ------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    """A Markdown table; cells are formatted with str()."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
+def _sizes(chunks) -> str:
+    return ", ".join(str(len(chunk)) for chunk in chunks)
+
+
+# --- index.md: where replicate puts every parameter and buffer -----------------------------------
+
+# Virtual torch devices are process-global, so the torch half runs in a child interpreter.
+_TORCH_PLACEMENT_CHILD = """
+import torch
+from torch import nn
+import dp_torch
+from dp_torch import virtual
+from comparisons import placement_of
+
+devices = virtual.install(4)[:3]
+torch.manual_seed(0)
+model = nn.Sequential()
+model.add_module("fc", nn.Linear(3, 2))
+model.add_module("bn", nn.BatchNorm1d(2))
+model.to(devices[0])
+replicas = dp_torch.replicate(model, devices)
+print(placement_of(replicas, devices=devices, original=model).to_json())
+"""
+
+
+def _placement_rows(framework: str, placement) -> list[list[str]]:
+    cells: dict[tuple[str, str], list[str]] = {}
+    for record in placement:
+        where = f"`{record.device}`" + (" (the original)" if record.aliases_original else "")
+        cells.setdefault((record.role, record.path), []).append(where)
+    ordered = sorted(cells.items(), key=lambda item: item[0][0] != "param")  # params first, as torch lists them
+    return [[framework, role, f"`{path}`", *where] for (role, path), where in ordered]
+
+
+@generator("placement")
+def placement_table() -> str:
+    import flax.linen as nn
+    import jax
+    import numpy as np
+
+    import dp_jax
+    from comparisons import PlacementMap, placement_of
+
+    child = subprocess.run([sys.executable, "-c", _TORCH_PLACEMENT_CHILD], capture_output=True, text=True,
+                           check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    torch_map = PlacementMap.from_rows(json.loads(child.stdout))
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.BatchNorm(use_running_average=False, name="bn")(nn.Dense(2, name="fc")(x))
+
+    devices = jax.devices()[:3]
+    variables = jax.device_put(Net().init(jax.random.key(0), np.ones((4, 3), np.float32)), devices[0])
+    replicas = dp_jax.replicate(variables, devices)
+    jax_map = placement_of(replicas, devices=devices, original=variables, per_replica=True)
+    header = ["framework", "role", "tensor", "replica 0", "replica 1", "replica 2"]
+    return table(header, _placement_rows("PyTorch", torch_map) + _placement_rows("JAX", jax_map))
+
+
+# --- scatter.md, uneven_batches.md: chunk sizes ---------------------------------------------------
+
+
+@generator("chunk-sizes")
+def chunk_size_table() -> str:
+    import jax
+    import numpy as np
+    import torch
+
+    import dp_jax
+    import dp_torch
+
+    counts = (2, 3, 4, 8)
+    rows = []
+    for batch in (1, 3, 5, 6, 8, 9, 10, 13, 16):
+        row = [str(batch)]
+        for n in counts:
+            torch_chunks = dp_torch.scatter(torch.zeros(batch, 1), ["cpu"] * n)
+            jax_chunks = dp_jax.scatter(np.zeros((batch, 1), np.float32), jax.devices()[:n])
+            if _sizes(torch_chunks) != _sizes(jax_chunks):
+                raise AssertionError(f"batch {batch} on {n}: torch {_sizes(torch_chunks)}, jax {_sizes(jax_chunks)}")
+            row.append(_sizes(torch_chunks))
+        rows.append(row)
+    return table(["batch", *(f"{n} devices" for n in counts)], rows)
+
+
+# --- uneven_batches.md: what each strategy does with B rows on 4 devices --------------------------
+
+
+@generator("uneven-strategies")
+def uneven_strategy_table() -> str:
+    import flax.linen as nn
+    import jax
+    import torch
+
+    import dp_jax
+    import dp_torch
+
+    rows = []
+    for batch in (5, 10, 13):
+        chunks = dp_torch.scatter(torch.zeros(batch, 1), ["cpu"] * 4)
+        rows.append([batch, "PyTorch `DataParallel`", len(chunks), _sizes(chunks), 0])
+        for strategy in dp_jax.STRATEGIES:
+            plan = dp_jax.DataParallel(nn.Dense(2), jax.devices()[:4], strategy=strategy).plan(batch)
+            computed = plan.chunk_sizes if strategy == "explicit" else [plan.shard_size] * len(plan.devices)
+            rows.append([batch, f"dp_jax `{strategy}`", len(plan.devices), ", ".join(map(str, computed)),
+                         plan.pad_rows])
+    return table(["batch", "runs as", "replicas", "rows computed per replica", "padding rows"], rows)
