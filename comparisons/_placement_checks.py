@@ -1,0 +1,97 @@
+"""Placement verdicts: torch's PlacementMap against each JAX strategy's, through the pair's mapping.
+
+torch and Flax split a layer into different tensors (one packed MHA in_proj_weight vs query/key/
+value kernels, LSTM's two biases vs one per gate), so tensors are compared per mapped layer: each
+layer's params/buffers/grads of each replica collapse into one record (its device, its aliasing).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from comparisons.placement import PlacementMap, PlacementRecord
+from comparisons.report import Check
+
+_LAYERED_ROLES = ("param", "buffer", "grad")
+
+
+def by_layer(placement: PlacementMap, prefixes: Sequence[str]) -> PlacementMap:
+    """Collapse param/buffer/grad records into one record per (replica, role, layer prefix).
+
+    A group spread over several devices gets logical_index -1 (so it never matches); aliasing is
+    True only if every tensor of the group aliases. Records outside any prefix are kept as they are.
+    """
+    groups: dict[tuple, list[PlacementRecord]] = {}
+    kept: list[PlacementRecord] = []
+    for record in placement:
+        prefix = _layer_of(record.path, prefixes) if record.role in _LAYERED_ROLES else None
+        if prefix is None:
+            kept.append(record)
+        else:
+            groups.setdefault((record.replica, record.role, prefix), []).append(record)
+    collapsed = [_collapse(prefix, records) for (_, _, prefix), records in groups.items()]
+    return PlacementMap(tuple(collapsed + kept))
+
+
+def _layer_of(path: str, prefixes: Sequence[str]) -> str | None:
+    matches = [p for p in prefixes if path == p or path.startswith(p + ".")]
+    return max(matches, key=len) if matches else None
+
+
+def _collapse(prefix: str, records: list[PlacementRecord]) -> PlacementRecord:
+    indices = {r.logical_index for r in records}
+    aliases = {r.aliases_original for r in records}
+    return dataclasses.replace(
+        records[0], path=prefix, logical_index=indices.pop() if len(indices) == 1 else -1,
+        shape=(sum(r.size for r in records),),
+        aliases_original=None if None in aliases else all(aliases))
+
+
+def layer_name_map(pair) -> tuple[list[str], list[str], dict[str, str | None]]:
+    """torch layer prefixes, Flax layer prefixes (for each collection) and torch -> Flax names."""
+    torch_prefixes, flax_prefixes, names = [], [], {}
+    for layer in pair.mapping:
+        flax = layer.flax.replace("/", ".")
+        torch_prefixes.append(layer.torch)
+        flax_prefixes += [f"params.{flax}", f"batch_stats.{flax}"]
+        names[layer.torch] = f"params.{flax}"
+    return torch_prefixes, flax_prefixes, names
+
+
+def compare_placement(pair, torch_map: PlacementMap, jax_map: PlacementMap, label: str,
+                      explicit: bool) -> Check:
+    """torch vs JAX: every layer of every replica, every input chunk, the output, the grads."""
+    torch_prefixes, flax_prefixes, names = layer_name_map(pair)
+    # Layer names are mapped for layered roles only: a layer called "out" is not the output "out".
+    mine = PlacementMap(tuple(
+        dataclasses.replace(r, path=names[r.path]) if r.role in _LAYERED_ROLES and r.path in names
+        else r for r in by_layer(_without_torch_only(torch_map), torch_prefixes)))
+    theirs = by_layer(jax_map, flax_prefixes)
+    # A torch layer's buffers live in Flax's batch_stats collection, its params in params.
+    theirs = PlacementMap(tuple(
+        dataclasses.replace(r, path="params." + r.path.removeprefix("batch_stats."))
+        if r.role == "buffer" else r for r in theirs))
+    if not explicit:  # mapped strategies: only the gathered output and the grads are observable
+        mine = PlacementMap(tuple(r for r in mine if r.replica is None))
+    differences = mine.diff(theirs, fields=("logical_index", "aliases_original"))
+    differences += mine.filter(role="input").diff(theirs.filter(role="input"), fields=("size",))
+    compared = "torch vs " + label + ("" if explicit else " (output, grads)")
+    detail = "; ".join(map(str, differences[:4])) + (f" (+{len(differences) - 4} more)"
+                                                     if len(differences) > 4 else "")
+    return Check("placement", compared, not differences,
+                 detail=detail or f"{len(mine)} layer/input/output records agree")
+
+
+def _without_torch_only(placement: PlacementMap) -> PlacementMap:
+    # num_batches_tracked has no Flax counterpart (comparisons.convert drops it too).
+    return PlacementMap(tuple(r for r in placement if not r.path.endswith("num_batches_tracked")))
+
+
+def check_aliasing(placement: PlacementMap, label: str) -> Check:
+    """Replica 0's params/buffers share the original's memory; the other replicas' do not."""
+    replicated = [r for r in placement if r.replica is not None and r.role in ("param", "buffer")]
+    wrong = [r for r in replicated if r.aliases_original is not (r.replica == 0)]
+    detail = "; ".join(f"replica {r.replica} {r.path}: aliases_original={r.aliases_original}"
+                       for r in wrong[:4])
+    return Check("aliasing", f"{label}: replica 0 shares, others copy", bool(replicated) and not wrong,
+                 detail=detail or f"{len(replicated)} replica tensors checked")

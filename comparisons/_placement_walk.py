@@ -1,0 +1,171 @@
+"""Walkers behind `placement_of`: find every tensor of a torch or JAX value and describe it.
+
+torch and JAX are imported inside the functions that meet their types, never at module level.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from comparisons.placement import PlacementRecord
+
+_PREFIXES = {"torch": ("torch",), "jax": ("jax", "jaxlib", "flax")}
+
+
+class Leaf(NamedTuple):
+    replica: int | None
+    path: str
+    role: str
+    value: Any          # a torch tensor or a single-device jax array (one shard)
+    device: str
+
+
+def _is_from(obj: Any, backend: str) -> bool:
+    return any(cls.__module__.split(".")[0] in _PREFIXES[backend] for cls in type(obj).__mro__)
+
+
+def backend_of(obj: Any) -> str | None:
+    """'torch' or 'jax' for the first framework value found in `obj` (containers searched)."""
+    for backend in _PREFIXES:
+        if _is_from(obj, backend):
+            return backend
+    if isinstance(obj, Mapping):
+        children = obj.values()
+    elif isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
+        children = obj
+    else:
+        return None
+    return next((b for b in map(backend_of, children) if b is not None), None)
+
+
+def device_label(device: Any) -> str:
+    """"cuda:1", "cpu", "vdev:2" for torch devices; "cpu:3" for JAX's CPU device 3."""
+    if isinstance(device, str):
+        return device
+    if hasattr(device, "platform") and hasattr(device, "id"):
+        return f"{device.platform}:{device.id}"
+    if type(device).__module__.startswith("torch"):
+        return str(device)
+    raise TypeError(f"placement_of: device {device!r} is not a torch.device, jax.Device or str")
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _per_replica(obj: Any, backend: str, per_replica: bool | None) -> bool:
+    if per_replica is not None:
+        return per_replica
+    if backend != "torch" or not isinstance(obj, (list, tuple)) or not obj:
+        return False
+    import torch
+
+    return all(isinstance(m, torch.nn.Module) for m in obj)
+
+
+def items(obj: Any, backend: str, role: str | None, name: str, per_replica: bool | None,
+          labels: list[str] | None = None) -> Iterator[Leaf]:
+    """Every tensor of `obj`, one Leaf each (one per shard for multi-device JAX arrays)."""
+    walk = _torch_items if backend == "torch" else _jax_items
+    if _per_replica(obj, backend, per_replica):
+        for index, element in enumerate(obj):
+            yield from walk(element, index, role, name, labels)
+    else:
+        yield from walk(obj, None, role, name, labels)
+
+
+def _torch_items(obj, replica, role, name, labels) -> Iterator[Leaf]:
+    import torch
+
+    if isinstance(obj, torch.nn.Module):
+        yield from _module_items(obj, replica)
+        return
+    from torch.utils import _pytree
+
+    for path, value in _pytree.tree_flatten_with_path(obj)[0]:
+        if isinstance(value, torch.Tensor):
+            yield Leaf(replica, name + _pytree.keystr(path), role or "input", value,
+                       str(value.device))
+
+
+def _module_items(module, replica) -> Iterator[Leaf]:
+    # A torch replica keeps its parameters outside `_parameters` (plain attributes listed in
+    # `_former_parameters`), so named_parameters() is empty there; read the slots by name.
+    for prefix, sub in module.named_modules():
+        dotted = f"{prefix}." if prefix else ""
+        slots = dict.fromkeys([*sub._parameters, *getattr(sub, "_former_parameters", {})])
+        for key in slots:
+            param = getattr(sub, key, None)
+            if param is None:
+                continue
+            yield Leaf(replica, dotted + key, "param", param, str(param.device))
+            if param.is_leaf and param.grad is not None:
+                yield Leaf(replica, dotted + key, "grad", param.grad, str(param.grad.device))
+        for key, buffer in sub._buffers.items():
+            if buffer is not None:
+                yield Leaf(replica, dotted + key, "buffer", buffer, str(buffer.device))
+
+
+def _jax_items(obj, replica, role, name, labels) -> Iterator[Leaf]:
+    import jax
+
+    variables = role is None and isinstance(obj, Mapping) and "params" in obj
+    for path, value in jax.tree_util.tree_flatten_with_path(obj)[0]:
+        if not isinstance(value, jax.Array):
+            continue
+        if variables:
+            leaf_path = jax.tree_util.keystr(path, simple=True, separator=".")
+            leaf_role = "param" if leaf_path.startswith("params.") else "buffer"
+        else:
+            leaf_path, leaf_role = name + jax.tree_util.keystr(path), role or "input"
+        shards = value.addressable_shards
+        if len(shards) == 1:
+            yield Leaf(replica, leaf_path, leaf_role, value, device_label(shards[0].device))
+            continue
+        for position, shard in enumerate(shards):
+            label = device_label(shard.device)
+            index = labels.index(label) if labels and label in labels else position
+            yield Leaf(index, leaf_path, leaf_role, shard.data, label)
+
+
+def alias_key(value: Any) -> tuple[str, int] | None:
+    """Identity of the memory behind a tensor: equal keys mean the two share storage."""
+    if _is_from(value, "jax"):
+        return ("jax", value.unsafe_buffer_pointer())
+    if value.device.type == "vdev":
+        from dp_torch import virtual
+
+        value = virtual.cpu_view(value)  # virtual tensors have no storage of their own
+    if value.device.type == "meta":
+        return None
+    return ("torch", value.untyped_storage().data_ptr())
+
+
+def reference_keys(original: Any, backend: str, role: str | None, name: str
+                   ) -> dict[tuple[str, str], tuple[str, int]]:
+    """(role, path) -> alias key of every tensor in the original value."""
+    return {(leaf.role, leaf.path): alias_key(leaf.value)
+            for leaf in items(original, backend, role, name, per_replica=False)}
+
+
+def record(leaf: Leaf, labels: list[str] | None,
+           references: Mapping[tuple[str, str], tuple[str, int]] | None) -> PlacementRecord:
+    """The PlacementRecord of one Leaf; aliasing is judged only when `references` is given."""
+    aliases = None
+    if references is not None and leaf.replica is not None:
+        reference = references.get((leaf.role, leaf.path))
+        aliases = reference is not None and reference == alias_key(leaf.value)
+    return PlacementRecord(
+        replica=leaf.replica, path=leaf.path, role=leaf.role, device=leaf.device,
+        logical_index=_logical_index(leaf, labels), shape=tuple(leaf.value.shape),
+        dtype=_dtype_name(leaf.value.dtype), aliases_original=aliases)
+
+
+def _logical_index(leaf: Leaf, labels: Sequence[str] | None) -> int | None:
+    if not labels:
+        return None
+    # With a repeated device list (["cpu"] * 4) the replica index says which entry is meant.
+    if leaf.replica is not None and leaf.replica < len(labels) \
+            and labels[leaf.replica] == leaf.device:
+        return leaf.replica
+    return labels.index(leaf.device) if leaf.device in labels else None

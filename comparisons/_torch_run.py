@@ -1,0 +1,102 @@
+"""The torch side of a comparison: dp_torch's pipeline vs a single-device reference, K training steps.
+
+The reference applies the same module to the same torch chunks one after another on one device,
+keeping only chunk 0's buffer updates, which is what DataParallel computes (per-chunk BatchNorm
+in training mode, replica 0's running statistics); numbers are then comparable to the tolerance.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils import _pytree
+
+import dp_torch
+from comparisons._numerics import to_numpy
+from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig, Snapshot
+from comparisons.convert import torch_grads_to_flax
+from comparisons.placement import PlacementMap, placement_of
+
+
+def run_torch(pair: Any, module: torch.nn.Module, inputs: tuple[np.ndarray, ...], targets: np.ndarray,
+              devices: Sequence[torch.device], reference_device: torch.device, config: RunConfig,
+              progress: Callable[[], None]) -> BackendRun:
+    """Train a copy of `module` data-parallel on `devices` and another on `reference_device`."""
+    captured: list[PlacementMap] = []
+
+    def dp_forward(m, x, first):
+        return _dp_forward(m, x, list(devices), config.dim, captured if first else None)
+
+    def single_forward(m, x, first):
+        return _chunked_forward(m, x, len(devices), config.dim)
+
+    dp = _train(pair, module, inputs, targets, devices, dp_forward, config, progress, captured)
+    single = _train(pair, module, inputs, targets, [reference_device], single_forward, config, progress)
+    placement = sum(captured[1:], captured[0])
+    chunks = [r.shape[config.dim] for r in placement.filter(role="input") if r.path == "args[0]"]
+    count = sum(p.numel() for p in module.parameters())
+    return BackendRun("torch", dp, single, placement, chunks, count)
+
+
+def _train(pair, module, inputs, targets, devices, forward, config, progress, captured=None) -> Snapshot:
+    model = copy.deepcopy(module).to(devices[0]).train()
+    optimizer = make_optimizer(config.optimizer, model.parameters())
+    x = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in inputs)
+    y = torch.from_numpy(np.ascontiguousarray(targets)).to(devices[0])
+    first: dict[str, Any] = {}
+    for step in range(config.steps):
+        optimizer.zero_grad()
+        output = forward(model, x, step == 0)
+        pair.loss_torch(output, y).backward()
+        if step == 0:
+            first["output"] = _pytree.tree_map(to_numpy, output)
+            first["grads"] = {n: to_numpy(p.grad) for n, p in model.named_parameters()
+                              if p.grad is not None}
+            first["state"] = {n: to_numpy(b) for n, b in model.state_dict().items()}
+            if captured is not None:
+                captured.append(placement_of(model, devices).filter(role="grad"))
+        optimizer.step()
+        progress()
+    flax_state = pair.torch_to_flax(first["state"])
+    final = pair.torch_to_flax({n: to_numpy(t) for n, t in model.state_dict().items()})
+    grads = torch_grads_to_flax(first["grads"], pair.mapping)
+    return Snapshot(first["output"], grads, flax_state.get("batch_stats", {}), final["params"])
+
+
+def make_optimizer(name: str, params) -> torch.optim.Optimizer:
+    """torch.optim's SGD / SGD with momentum / Adam with the hyper-parameters in OPTIMIZERS."""
+    settings = OPTIMIZERS[name]
+    if name == "adam":
+        return torch.optim.Adam(params, lr=settings["lr"])
+    return torch.optim.SGD(params, lr=settings["lr"], momentum=settings.get("momentum", 0.0))
+
+
+def _dp_forward(module, inputs, devices, dim, captured):
+    chunks = dp_torch.scatter(inputs, devices, dim)
+    used = devices[: len(chunks)]
+    replicas = dp_torch.replicate(module, used)
+    outputs = dp_torch.parallel_apply(replicas, chunks, devices=used)
+    output = dp_torch.gather(outputs, devices[0], dim)
+    if captured is not None:
+        captured += [placement_of(replicas, devices, original=module),
+                     placement_of(chunks, devices, role="input", name="args", per_replica=True),
+                     placement_of(output, devices, role="output", name="out")]
+    return output
+
+
+def _chunked_forward(module, inputs, n, dim):
+    chunks = list(zip(*(x.to(_device_of(module)).chunk(n, dim) for x in inputs)))
+    pristine = {name: b.clone() for name, b in module.named_buffers()}
+    outputs = [module(*chunks[0])]  # chunk 0 updates the module's buffers, like replica 0
+    params = dict(module.named_parameters())
+    for chunk in chunks[1:]:
+        state = params | {name: b.clone() for name, b in pristine.items()}
+        outputs.append(torch.func.functional_call(module, state, chunk))
+    return _pytree.tree_map(lambda *leaves: torch.cat(leaves, dim), outputs[0], *outputs[1:])
+
+
+def _device_of(module) -> torch.device:
+    return next(module.parameters()).device

@@ -1,0 +1,215 @@
+"""compare(pair, ...): run one model pair through dp_torch and dp_jax and judge every number and placement.
+
+For torch and for each dp_jax strategy, a data-parallel pipeline and a single-device reference
+train the same converted weights on the same inputs. Checks (each with a verdict):
+outputs, gradients, BatchNorm running statistics (replica 0 = chunk 0 only) and parameters after
+K optimizer steps — data-parallel vs single within each backend and torch vs JAX — and placement
+(every replica's layers, input chunks, output, grads) torch vs JAX, plus replica-0 aliasing.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from comparisons._numerics import TOLERANCES, compare_trees
+from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig
+from comparisons.report import Check, ComparisonReport
+
+STRATEGIES = ("explicit", "pmap", "sharded", "shard_map")
+TORCH_DEVICES = ("cpu", "virtual", "cuda")
+_SUBJECTS = ("outputs", "gradients", "batch_stats", "params_after_steps")
+
+
+class ComparisonError(ValueError):
+    """Bad input to compare(): the message names the argument, the value and the fix."""
+
+
+def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Sequence[str] | None = None,
+            steps: int = 2, optimizer: str = "sgd", dtype: str = "float32", seed: int = 0,
+            torch_devices: str = "cpu", progress: Callable[[str, int], None] | None = None) -> ComparisonReport:
+    """Compare dp_torch and dp_jax on `pair` (a ModelPair or a registered name); returns the report.
+
+    Args:
+      devices: number of devices; JAX uses jax.devices()[:devices], torch "cpu" repeated, the
+        installed virtual devices (dp_torch.virtual.install first) or CUDA GPUs.
+      strategies: dp_jax strategies; None = every strategy that can run this batch (the mapped
+        ones pad uneven batches, which they refuse for models with BatchNorm statistics).
+      steps: optimizer steps (>= 1); the first step's output/grads/statistics are checked.
+      progress: called as progress(label, total_steps) after every training step (progress bars).
+    Compiles one JAX program per strategy and chunk shape; float64 runs JAX under
+    jax.enable_x64 (scoped to this call).
+    """
+    pair = _resolve_pair(pair)
+    config = RunConfig(_positive("batch_size", batch_size), _positive("steps", steps),
+                       _choice("optimizer", optimizer, tuple(OPTIMIZERS)),
+                       _choice("dtype", dtype, tuple(TOLERANCES)), seed, pair.batch_axis)
+    _choice("torch_devices", torch_devices, TORCH_DEVICES)
+    chosen = _strategies(strategies, pair, config.batch_size, _positive("devices", devices))
+    torch_list, reference = _torch_devices(torch_devices, devices)
+    jax_list = _jax_devices(devices)
+    report = ComparisonReport(
+        model=pair.name, batch_size=batch_size, devices=devices, chunk_sizes=[], strategies=chosen,
+        steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=torch_devices,
+        tolerance={"max_abs": TOLERANCES[dtype], "rel_norm": TOLERANCES[dtype]},
+        notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
+    if strategies is None and len(chosen) < len(STRATEGIES):
+        report.notes.append(f"strategies {sorted(set(STRATEGIES) - set(chosen))} skipped: they pad "
+                            f"the last chunk, which would change {pair.name}'s BatchNorm statistics")
+    total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
+    tick = (lambda label: progress(label, total)) if progress else (lambda label: None)
+    runs = _run_all(pair, config, chosen, torch_list, reference, jax_list, tick)
+    report.chunk_sizes = runs[0].chunk_sizes
+    report.checks = judge(pair, runs, TOLERANCES[dtype])
+    report.placements = {run.label: run.placement for run in runs}
+    report.notes += [note for run in runs for note in run.notes] + _parametrisation_note(runs)
+    return report
+
+
+def _run_all(pair, config, strategies, torch_list, reference, jax_list, progress) -> list[BackendRun]:
+    import numpy as np
+
+    from comparisons._jax_run import run_jax
+    from comparisons._torch_run import run_torch
+
+    torch_module, flax_module, variables = _build(pair, config)
+    inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
+    runs = [run_torch(pair, torch_module, inputs, targets, torch_list, reference, config,
+                      lambda: progress("torch"))]
+    with _jax_precision(config.dtype):
+        for strategy in strategies:
+            runs.append(run_jax(pair, flax_module, variables, inputs, targets, jax_list, strategy,
+                                config, lambda s=strategy: progress(f"jax:{s}")))
+    return runs
+
+
+def judge(pair: Any, runs: list[BackendRun], tol: float) -> list[Check]:
+    """Every verdict: DP vs single per backend, torch vs each JAX strategy, placement, aliasing."""
+    from comparisons._placement_checks import check_aliasing, compare_placement
+
+    torch_run, checks = runs[0], []
+    for subject in _SUBJECTS:
+        if subject == "batch_stats" and not pair.has_batch_stats:
+            continue
+        for run in runs:
+            checks.append(compare_trees(subject, f"{run.label} DP vs single", getattr(run.dp, subject),
+                                        getattr(run.single, subject), tol))
+        for run in runs[1:]:
+            if subject == "params_after_steps" and run.parameter_count != torch_run.parameter_count:
+                continue  # see _parametrisation_note
+            checks.append(compare_trees(subject, f"torch DP vs {run.label} DP", getattr(run.dp, subject),
+                                        getattr(torch_run.dp, subject), tol))
+    for run in runs[1:]:
+        checks.append(Check("chunks", f"torch vs {run.label}", run.chunk_sizes == torch_run.chunk_sizes,
+                            detail=f"chunk sizes {run.chunk_sizes} vs torch {torch_run.chunk_sizes}"))
+        checks.append(compare_placement(pair, torch_run.placement, run.placement, run.label,
+                                        explicit=run.label == "jax:explicit"))
+    checks += [check_aliasing(run.placement, run.label) for run in runs
+               if any(r.replica is not None and r.role == "param" for r in run.placement)]
+    return checks
+
+
+def _parametrisation_note(runs: list[BackendRun]) -> list[str]:
+    torch_count, jax_count = runs[0].parameter_count, runs[-1].parameter_count
+    if torch_count == jax_count:
+        return []
+    return [f"params_after_steps not compared across backends: torch trains {torch_count} parameters and "
+            f"Flax {jax_count} (e.g. LSTM: torch's two biases per gate are one in Flax), so the same "
+            "optimizer moves them differently; outputs and gradients are still compared"]
+
+
+def _build(pair, config):
+    import numpy as np
+
+    from comparisons.convert import ConversionError
+
+    try:
+        return pair.build(seed=config.seed, dtype=np.dtype(config.dtype))
+    except ConversionError as error:
+        raise ComparisonError(f"compare: pair {pair.name!r} cannot be converted: {error}") from None
+
+
+@contextlib.contextmanager
+def _jax_precision(dtype: str):
+    """float64 needs JAX's x64 mode; enable it for this block only (it is thread-local config)."""
+    import jax
+
+    with jax.enable_x64(dtype == "float64"), jax.default_matmul_precision("highest"):
+        yield
+
+
+def _resolve_pair(pair):
+    from comparisons import models
+
+    if isinstance(pair, str):
+        try:
+            return models.get(pair)
+        except KeyError as error:
+            raise ComparisonError(f"compare: {error.args[0]}") from None
+    if not isinstance(pair, models.ModelPair):
+        raise ComparisonError(f"compare: pair={pair!r} is neither a ModelPair nor a registered name; "
+                              f"known names: {models.names()}")
+    return pair
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ComparisonError(f"compare: {name}={value!r}; pass a positive integer")
+    return value
+
+
+def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise ComparisonError(f"compare: {name}={value!r} is not supported; use one of {', '.join(allowed)}")
+    return value
+
+
+def _strategies(strategies, pair, batch_size: int, devices: int) -> list[str]:
+    chunk = -(-batch_size // devices)
+    padded = batch_size % chunk != 0 and pair.has_batch_stats  # padding rows would reach BN stats
+    if strategies is None:
+        return [s for s in STRATEGIES if s == "explicit" or not padded]
+    chosen = list(dict.fromkeys(strategies))
+    if not chosen:
+        raise ComparisonError("compare: strategies=[] is empty; pass at least one of "
+                              f"{', '.join(STRATEGIES)} (or None for all that apply)")
+    for strategy in chosen:
+        _choice("strategy", strategy, STRATEGIES)
+        if strategy != "explicit" and padded:
+            raise ComparisonError(
+                f"compare: strategy={strategy!r} pads batch {batch_size} on {devices} devices (chunks of "
+                f"{chunk}) and {pair.name} updates BatchNorm statistics, which padding would change; "
+                "use strategy 'explicit' or a batch size divisible into equal chunks")
+    return chosen
+
+
+def _torch_devices(kind: str, n: int):
+    import torch
+
+    if kind == "cpu":
+        return [torch.device("cpu")] * n, torch.device("cpu")
+    if kind == "virtual":
+        from dp_torch import virtual
+
+        if not virtual.is_installed():
+            raise ComparisonError("compare: torch_devices='virtual' needs dp_torch.virtual.install(n) "
+                                  "first (process-global; the CLI does it), or use torch_devices='cpu'")
+        available = virtual.devices()
+    else:
+        available = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    if n > len(available):
+        raise ComparisonError(f"compare: devices={n} but only {len(available)} {kind} torch device(s) "
+                              f"exist; pass devices <= {len(available)}")
+    return available[:n], torch.device("cuda", 0) if kind == "cuda" else torch.device("cpu")
+
+
+def _jax_devices(n: int):
+    import jax
+
+    available = jax.devices()
+    if n > len(available):
+        raise ComparisonError(
+            f"compare: devices={n} but JAX has {len(available)} device(s); pass devices <= "
+            f"{len(available)}, or start with XLA_FLAGS=--xla_force_host_platform_device_count={n} "
+            "(the CLI sets it)")
+    return available[:n]

@@ -1,0 +1,80 @@
+"""`python -m comparisons`: demo, list, run (JSON), bad input; and importing comparisons stays light."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from _helpers_harness import ROOT, run_cli
+from comparisons.report import SCHEMA_VERSION
+
+
+def test_importing_comparisons_imports_neither_torch_nor_jax():
+    code = ("import sys, comparisons, comparisons.__main__, comparisons.models, comparisons.placement; "
+            "print(sorted(m for m in ('torch', 'jax', 'flax', 'optax') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_demo_prints_the_table_and_writes_a_self_contained_report(tmp_path):
+    result = run_cli("demo", "--out", str(tmp_path / "report.html"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "cnn_bn: batch 10 on 4 device(s) (chunks 3, 3, 3, 1)" in result.stdout
+    assert "checks passed" in result.stdout and "FAIL" not in result.stdout
+    html = (tmp_path / "report.html").read_text()
+    assert "<table class=grid><caption><b>torch</b>" in html
+    assert "<table class=grid><caption><b>jax:explicit</b>" in html
+    assert "https://" not in html and "<script" not in html
+
+
+def test_list_names_every_pair_and_strategy():
+    result = run_cli("list")
+    assert result.returncode == 0
+    for name in ("mlp", "cnn_bn", "transformer_block", "strategies: explicit, pmap, sharded, shard_map"):
+        assert name in result.stdout
+
+
+def test_run_json_parses_and_follows_the_schema(tmp_path):
+    out = tmp_path / "r.json"
+    result = run_cli("run", "--model", "mlp", "--devices", "3", "--batch", "5", "--strategy", "explicit,pmap",
+                     "--steps", "1", "--format", "json", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["schema_version"] == SCHEMA_VERSION and data["ok"] is True
+    assert data["chunk_sizes"] == [2, 2, 1]
+    assert data["strategies"] == ["explicit", "pmap"]
+    assert set(data["placements"]) == {"torch", "jax:explicit", "jax:pmap"}
+    assert {c["subject"] for c in data["checks"]} >= {"outputs", "gradients", "placement", "aliasing"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "resnet"], "unknown model pair 'resnet'"),
+    (["--model", "mlp", "--batch", "0"], "batch_size=0; pass a positive integer"),
+    (["--model", "mlp", "--strategy", "explicit,vmap"], "strategy='vmap' is not supported"),
+    (["--model", "mlp", "--dtype", "float16"], "dtype='float16' is not supported"),
+    (["--model", "mlp", "--devices", "2", "--torch-devices", "cuda"], "only 0 cuda torch device(s) exist"),
+])
+def test_bad_input_exits_2_with_the_error_and_no_traceback(args, message):
+    if "cuda" in args:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+    result = run_cli("run", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_run_with_virtual_torch_devices_places_replicas_on_vdev(tmp_path):
+    result = run_cli("run", "--model", "cnn_bn", "--devices", "3", "--batch", "7", "--steps", "1",
+                     "--torch-devices", "virtual", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    params = [r for r in data["placements"]["torch"] if r["role"] == "param" and r["replica"] is not None]
+    assert {(r["replica"], r["device"]) for r in params} == {(i, f"vdev:{i}") for i in range(3)}
+    assert data["ok"] is True

@@ -1,0 +1,59 @@
+"""Placement verdicts torch vs JAX through a pair's layer mapping, and the aliasing verdict."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+import torch
+
+import dp_jax
+import dp_torch
+from comparisons import models
+from comparisons._placement_checks import check_aliasing, compare_placement
+from comparisons.placement import PlacementMap, placement_of
+
+
+def placements(n: int, seed: int, move: tuple[int, str] | None = None):
+    """torch and JAX placement maps of the mlp pair's replicas and input chunks on n devices."""
+    pair = models.get("mlp")
+    torch_module, _, variables = pair.build(seed=seed)
+    devices = jax.devices()[:n]
+    variables = jax.device_put(variables, devices[0])
+    replicas = dp_jax.replicate(variables, devices)
+    if move is not None:
+        replica, layer = move
+        replicas[replica]["params"][layer]["bias"] = jax.device_put(
+            replicas[replica]["params"][layer]["bias"], devices[(replica + 1) % n])
+    x, _ = pair.make_inputs(2 * n, seed, np.float32)
+    torch_map = (placement_of(dp_torch.replicate(torch_module, ["cpu"] * n), ["cpu"] * n, original=torch_module)
+                 + placement_of(dp_torch.scatter(tuple(map(torch.from_numpy, x)), ["cpu"] * n), ["cpu"] * n,
+                                role="input", name="args", per_replica=True))
+    jax_map = (placement_of(replicas, devices, original=variables, per_replica=True)
+               + placement_of(dp_jax.scatter(x, devices), devices, role="input", name="args", per_replica=True))
+    return pair, torch_map, jax_map
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_faithful_replicas_agree_layer_by_layer(n):
+    pair, torch_map, jax_map = placements(n, seed=n)
+    check = compare_placement(pair, torch_map, jax_map, "jax:explicit", explicit=True)
+    assert check.passed, check.detail
+    assert check_aliasing(torch_map, "torch").passed and check_aliasing(jax_map, "jax").passed
+
+
+@pytest.mark.parametrize("replica, layer", [(1, "fc2"), (2, "out")])
+def test_a_jax_bias_on_the_wrong_device_fails_the_placement_verdict(replica, layer):
+    pair, torch_map, jax_map = placements(3, seed=replica, move=(replica, layer))
+    check = compare_placement(pair, torch_map, jax_map, "jax:explicit", explicit=True)
+    assert not check.passed
+    # -1: the layer's tensors on this replica are spread over several devices
+    assert f"replica {replica} param params.{layer}: logical_index {replica} != -1" in check.detail
+
+
+def test_a_replica_that_aliases_the_original_fails_the_aliasing_verdict():
+    pair, _, jax_map = placements(2, seed=5)
+    wrong = PlacementMap(tuple(dataclasses.replace(r, aliases_original=True) for r in jax_map))
+    check = check_aliasing(wrong, "jax:explicit")
+    assert not check.passed and "replica 1" in check.detail
