@@ -11,7 +11,7 @@ DOCS = ROOT / "docs"
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 # A page that changes process-global state (virtual torch devices) runs in its own interpreter.
 OWN_PROCESS = "<!-- docs-test: own-process -->"
-PAGES = sorted(DOCS.glob("*.md"))
+PAGES = sorted(DOCS.glob("*.md")) + [ROOT / "README.md"]
 
 
 def python_blocks(page: Path) -> list[str]:
