@@ -9,10 +9,11 @@ from dp_jax.data_parallel import DataParallel, data_parallel
 from dp_jax.parallel_apply import parallel_apply
 from dp_jax.replicate import replicate
 from dp_jax.scatter_gather import chunk_sizes, gather, scatter, scatter_kwargs
-from dp_jax.strategies import STRATEGIES, ShardPlan
+from dp_jax.strategies import STRATEGIES, ReplicaPlacement, ShardPlan
 
 __all__ = [
     "STRATEGIES",
+    "ReplicaPlacement",
     "ShardPlan",
     "DataParallel",
     "chunk_sizes",

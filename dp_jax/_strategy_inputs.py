@@ -14,9 +14,9 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from dp_jax._batch import common_batch, labelled_leaves
 from dp_jax._devices import is_array_leaf
 from dp_jax._strategy_plan import ShardPlan
-from dp_jax.scatter_gather import _common_batch  # one batch check for every strategy
 
 
 class SplitArgs(NamedTuple):
@@ -37,29 +37,23 @@ class SplitArgs(NamedTuple):
 
 def batch_size_of(args: tuple, kwargs: dict, dim: int, who: str) -> int | None:
     """The size along `dim` shared by every array in (args, kwargs); None when there is no array."""
-    flat = jax.tree_util.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]
-    return _common_batch([leaf for _, leaf in flat], _names(flat), dim, who)
-
-
-def _names(flat: list) -> list[str]:
-    return [("args" if path[0].idx == 0 else "kwargs") + jax.tree_util.keystr(path[1:]) for path, _ in flat]
+    return common_batch(labelled_leaves({"args": tuple(args), "kwargs": dict(kwargs)}), dim, who)
 
 
 def split_args(args: tuple, kwargs: dict, dim: int, who: str) -> tuple[SplitArgs, int | None]:
     """Split (args, kwargs) and return it with the common batch size along `dim` (None: no arrays)."""
-    flat, treedef = jax.tree_util.tree_flatten_with_path((tuple(args), dict(kwargs)))
-    names = _names(flat)
-    leaves = [leaf for _, leaf in flat]
-    batch = _common_batch(leaves, names, dim, who)
+    args, kwargs = tuple(args), dict(kwargs)
+    labelled = labelled_leaves({"args": args, "kwargs": kwargs})  # the order of flattening (args, kwargs)
+    batch = common_batch(labelled, dim, who)
     static, arrays = [], []
-    for position, (name, leaf) in enumerate(zip(names, leaves)):
+    for position, (name, leaf) in enumerate(labelled):
         if is_array_leaf(leaf):
             arrays.append(leaf)
         else:
             _require_hashable(leaf, name, who)
             static.append((position, leaf))
     axes = [dim % x.ndim for x in arrays]
-    return SplitArgs(treedef, tuple(static), arrays, axes), batch
+    return SplitArgs(jax.tree_util.tree_structure((args, kwargs)), tuple(static), arrays, axes), batch
 
 
 def _require_hashable(leaf: Any, name: str, who: str) -> None:

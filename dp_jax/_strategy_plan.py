@@ -9,7 +9,7 @@ never padded, and padded rows are dropped before the output is gathered.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 
@@ -61,6 +61,32 @@ class ShardPlan(NamedTuple):
             pad = self.shard_size - len(rows) if self.strategy in PADDING_STRATEGIES else 0
             lines.append(f"replica {i} on {device_label(device)}: {span}" + (f" (+{pad} padding)" if pad else ""))
         return "\n".join(lines)
+
+
+class ReplicaPlacement(NamedTuple):
+    """Where one call's variables and inputs sit, replica by replica (from DataParallel.placed).
+
+    Attributes:
+      variables_per_replica: replica i's variables; every array is committed to plan.devices[i].
+      inputs_per_replica: replica i's (args, kwargs) as it computes on them, padding rows included
+        (the last replica's, `plan.pad_rows` of them); non-array leaves are shared.
+      plan: the ShardPlan (devices, torch chunk sizes, padding).
+    For the mapped strategies the arrays are per-device views (`addressable_shards`) of the global
+    arrays the program takes, and 'pmap'/'sharded' inputs keep their size-1 replica axis at `dim`.
+    """
+
+    variables_per_replica: list[Any]
+    inputs_per_replica: list[tuple[tuple, dict]]
+    plan: ShardPlan
+
+
+def per_device_views(tree: Any, devices: tuple[jax.Device, ...]) -> list[Any]:
+    """One pytree per device: each array leaf's shard on that device (a view: no copy, no sync)."""
+    def shard_on(leaf: Any, device: jax.Device) -> Any:
+        if not isinstance(leaf, jax.Array):
+            return leaf
+        return next(shard.data for shard in leaf.addressable_shards if shard.device == device)
+    return [jax.tree.map(lambda leaf: shard_on(leaf, device), tree) for device in devices]
 
 
 def plan_shards(batch_size: int | None, devices: tuple[jax.Device, ...], strategy: str) -> ShardPlan:

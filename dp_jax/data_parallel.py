@@ -21,8 +21,8 @@ import jax
 
 from dp_jax._devices import resolve_device, resolve_devices
 from dp_jax._strategy_cache import ReplicaCache
-from dp_jax._strategy_plan import ShardPlan, plan_shards
-from dp_jax.strategies import REPLICA_AXIS, check_strategy, place_variables, run_strategy
+from dp_jax._strategy_plan import ReplicaPlacement, ShardPlan, plan_shards
+from dp_jax.strategies import REPLICA_AXIS, check_strategy, place_call, place_variables, run_strategy
 
 
 class DataParallel:
@@ -87,6 +87,16 @@ class DataParallel:
         """
         devices = self.device_ids if batch_size is None else self.plan(batch_size).devices
         return place_variables(self.strategy, variables, devices, self.cache, self.axis_name or REPLICA_AXIS)
+
+    def placed(self, variables: Any, *args: Any, **kwargs: Any) -> ReplicaPlacement:
+        """Where `apply(variables, *args, **kwargs)` puts things: per-replica variables and inputs, and the plan.
+
+        Places (copies) like apply, through the same cache, but runs no model. The arrays reported
+        for a mapped strategy are views of the very buffers it passes its program (the variables'
+        stay cached for the next apply; inputs are sent again on each call). Pass no mutable/rngs.
+        """
+        return place_call(self.strategy, variables, args, kwargs, devices=self.device_ids, dim=self.dim,
+                          cache=self.cache, axis_name=self.axis_name)
 
     def plan(self, batch_size: int | None) -> ShardPlan:
         """The ShardPlan a batch of `batch_size` rows would get (devices, chunk sizes, padding)."""

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dp_jax._batch import common_batch, labelled_leaves, wrap_dim
 from dp_jax._devices import DeviceLike, is_array_leaf, resolve_device, resolve_devices
 
 SCALAR_GATHER_WARNING = (
@@ -44,7 +45,7 @@ def scatter(inputs: Any, devices: Sequence[DeviceLike], dim: int = 0) -> list[An
     is small. All split leaves must have the same batch size.
     """
     devices = resolve_devices(devices)
-    batch = _checked_batch({"inputs": inputs}, dim, "scatter")
+    batch = common_batch(labelled_leaves({"inputs": inputs}), dim, "scatter")
     return _scatter_tree(inputs, batch, devices, dim)
 
 
@@ -59,7 +60,7 @@ def scatter_kwargs(
     """
     devices = resolve_devices(devices)
     inputs, kwargs = tuple(inputs or ()), dict(kwargs or {})
-    batch = _checked_batch({"args": inputs, "kwargs": kwargs}, dim, "scatter_kwargs")
+    batch = common_batch(labelled_leaves({"args": inputs, "kwargs": kwargs}), dim, "scatter_kwargs")
     args_chunks = _scatter_tree(inputs, batch, devices, dim) if inputs else []
     kwargs_chunks = _scatter_tree(kwargs, batch, devices, dim) if kwargs else []
     if len(args_chunks) < len(kwargs_chunks):
@@ -99,16 +100,6 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike | str, dim: int = 0
 # --- scatter helpers ---------------------------------------------------------------------------
 
 
-def _checked_batch(named_trees: dict[str, Any], dim: int, caller: str) -> int | None:
-    """The batch size shared by every array leaf of the named trees (None when there are none)."""
-    labels, leaves = [], []
-    for name, tree in named_trees.items():
-        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-            labels.append(name + jax.tree_util.keystr(path))
-            leaves.append(leaf)
-    return _common_batch(leaves, labels, dim, caller)
-
-
 def _scatter_tree(tree: Any, batch: int | None, devices: list, dim: int) -> list[Any]:
     """One copy of `tree` per chunk, its arrays split and placed; n copies when it has no arrays."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
@@ -121,28 +112,6 @@ def _scatter_tree(tree: Any, batch: int | None, devices: list, dim: int) -> list
     return [treedef.unflatten([chunks[i] for chunks in per_leaf]) for i in range(len(sizes))]
 
 
-def _common_batch(leaves: list, labels: list[str], dim: int, caller: str) -> int | None:
-    """The size along `dim` shared by every array leaf (None when there are no arrays)."""
-    first: tuple[str, int] | None = None
-    for label, leaf in zip(labels, leaves):
-        if not is_array_leaf(leaf):
-            continue
-        if leaf.ndim == 0:
-            raise ValueError(
-                f"{caller}: leaf {label} is 0-dim (a scalar array) and cannot be split along dim {dim}; "
-                "pass arrays with a batch dimension, or close over scalars in apply_fn"
-            )
-        size = leaf.shape[_axis(dim, leaf.shape, label, caller)]
-        if first is None:
-            first = (label, size)
-        elif size != first[1]:
-            raise ValueError(
-                f"{caller}: leaf {label} has batch {size} but {first[0]} has {first[1]} (dim={dim}); "
-                f"all leaves split along dim {dim} must have the same size"
-            )
-    return None if first is None else first[1]
-
-
 def _place_chunks(leaf: Any, sizes: list[int], dim: int, devices: list) -> list[jax.Array]:
     """Split one array into `sizes` along `dim` and commit piece i to devices[i]."""
     axis = dim % leaf.ndim
@@ -153,16 +122,6 @@ def _place_chunks(leaf: Any, sizes: list[int], dim: int, devices: list) -> list[
         split = np.split if isinstance(leaf, np.ndarray) else jnp.split
         pieces = split(leaf, bounds, axis=axis)
     return jax.device_put(pieces, devices[: len(pieces)])
-
-
-def _axis(dim: int, shape: tuple[int, ...], label: str, caller: str) -> int:
-    """`dim` wrapped for an array of `shape` (negative counts from the end, as in torch)."""
-    if not -len(shape) <= dim < len(shape):
-        raise ValueError(
-            f"{caller}: dim={dim} is out of range for {label} with shape {tuple(shape)}; "
-            f"pass dim in [{-len(shape)}, {len(shape) - 1}]"
-        )
-    return dim % len(shape)
 
 
 # --- gather helpers ----------------------------------------------------------------------------
@@ -218,7 +177,7 @@ def _check_compatible(leaves: list, labels: list[str], dim: int) -> None:
             f"gather: {labels[0]} and the other replicas' values are scalars and dim={dim}; scalars "
             "can only be gathered along dim=0 (into a vector with one value per replica)"
         )
-    axis = _axis(dim, first.shape, labels[0], "gather") if first.ndim else 0
+    axis = wrap_dim(dim, first.shape, labels[0], "gather") if first.ndim else 0
     for label, leaf in zip(labels[1:], leaves[1:]):
         if leaf.dtype != first.dtype:
             raise TypeError(

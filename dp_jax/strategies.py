@@ -5,7 +5,7 @@
 - 'pmap': `jax.pmap` over the replicas (in JAX >= 0.8 a jit of shard_map).
 - 'sharded': `jax.jit` of `jax.vmap` over a (replica, row) reshaped batch sharded with NamedSharding;
   vmap keeps each replica's computation (BatchNorm statistics, dropout) its own.
-- 'shard_map': `jax.jit(jax.shard_map(...))`, the per-device view.
+- 'shard_map': `jax.jit(jax.shard_map(..., check_vma=False))`, the per-device view.
 The mapped three pad the last chunk (see ShardPlan) and refuse what padding would change.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 from dp_jax._devices import require_distinct
 from dp_jax._strategy_cache import ReplicaCache
 from dp_jax._strategy_inputs import SplitArgs, batch_size_of, place_arrays, spec_at, split_args
-from dp_jax._strategy_plan import STRATEGIES, ShardPlan, plan_shards
+from dp_jax._strategy_plan import STRATEGIES, ReplicaPlacement, ShardPlan, per_device_views, plan_shards
 from dp_jax._strategy_unpad import check_padding_allowed, merge_replica_outputs
 from dp_jax.parallel_apply import parallel_apply
 from dp_jax.replicate import replicate
@@ -87,6 +87,24 @@ def place_variables(strategy: str, variables: Any, devices: tuple[jax.Device, ..
     return cache.get(variables, ("P()", devices, axis_name), lambda v: jax.device_put(v, sharding))
 
 
+def place_call(strategy: str, variables: Any, args: tuple, kwargs: dict, *, devices: tuple[jax.Device, ...],
+               dim: int, cache: ReplicaCache, axis_name: str | None = None) -> ReplicaPlacement:
+    """Place `variables` and (args, kwargs) as `run_strategy` would, and report them per replica.
+
+    Transfers like a call (variables through `cache`, so a later run reuses them); runs no model.
+    """
+    check_strategy(strategy, axis_name)
+    who = f"placed(strategy={strategy!r})"
+    if strategy == "explicit":
+        plan, replicas, inputs, kwargs_tup = _place_explicit(strategy, variables, args, kwargs, devices, dim, cache,
+                                                             who)
+        return ReplicaPlacement(list(replicas), list(zip(inputs, kwargs_tup)), plan)
+    split, plan = _plan_mapped(strategy, args, kwargs, devices, dim, who)
+    _, placed_variables, arrays = _place_mapped(strategy, variables, split, plan, cache, axis_name or REPLICA_AXIS)
+    inputs = [split.rebuild(views) for views in per_device_views(arrays, plan.devices)]
+    return ReplicaPlacement(per_device_views(placed_variables, plan.devices), inputs, plan)
+
+
 def replica_keys(rngs: dict | None, replicas: int) -> dict | None:
     """{name: keys} with keys[i] = jax.random.fold_in(rngs[name], i): one stream per replica."""
     if not rngs:
@@ -110,11 +128,9 @@ def reduce_collections(stacked: Any, sync: bool, device: jax.Device) -> Any:
 
 def _run_explicit(strategy, replica_fn, variables, args, kwargs, devices, output_device, dim, rngs, cache,
                   updates_collections, sync_collections, axis_name) -> StrategyResult:
-    plan = plan_shards(batch_size_of(args, kwargs, dim, "data_parallel(strategy='explicit')"), devices, strategy)
-    inputs, kwargs_tup = scatter_kwargs(args, kwargs, devices, dim)
-    inputs, kwargs_tup = inputs or ((),), kwargs_tup or ({},)  # torch: no inputs -> one replica
+    plan, replicas, inputs, kwargs_tup = _place_explicit(strategy, variables, args, kwargs, devices, dim, cache,
+                                                         "data_parallel(strategy='explicit')")
     used = plan.devices
-    replicas = place_variables(strategy, variables, used, cache)
     keys = replica_keys(rngs, len(used))
     per_replica_keys = [None if keys is None else jax.device_put(jax.tree.map(lambda k: k[i], keys), d)
                         for i, d in enumerate(used)]
@@ -127,6 +143,15 @@ def _run_explicit(strategy, replica_fn, variables, args, kwargs, devices, output
         stacked = jax.tree.map(lambda *leaves: jnp.stack(jax.device_put(leaves, used[0])), *collections)
         return StrategyResult(output, reduce_collections(stacked, True, used[0]), plan)
     return StrategyResult(output, collections[0], plan)
+
+
+def _place_explicit(strategy, variables, args, kwargs, devices, dim, cache,
+                    who) -> tuple[ShardPlan, list, tuple, tuple]:
+    """(plan, per-device variables, per-replica args, per-replica kwargs): replicate and scatter_kwargs."""
+    plan = plan_shards(batch_size_of(args, kwargs, dim, who), devices, strategy)
+    inputs, kwargs_tup = scatter_kwargs(args, kwargs, devices, dim)
+    inputs, kwargs_tup = inputs or ((),), kwargs_tup or ({},)  # torch: no inputs -> one replica
+    return plan, place_variables(strategy, variables, plan.devices, cache), inputs, kwargs_tup
 
 
 @functools.lru_cache(maxsize=256)
@@ -143,15 +168,11 @@ def _with_rngs_first(replica_fn: ReplicaFn) -> Callable:
 def _run_mapped(strategy, replica_fn, variables, args, kwargs, devices, output_device, dim, rngs, cache,
                 updates_collections, sync_collections, axis_name) -> StrategyResult:
     who = f"data_parallel(strategy={strategy!r})"
-    require_distinct(devices, "device_ids")
-    split, batch = split_args(args, kwargs, dim, who)
-    plan = plan_shards(batch, devices, strategy)
+    split, plan = _plan_mapped(strategy, args, kwargs, devices, dim, who)
     check_padding_allowed(plan, who, updates_collections=updates_collections, axis_name=axis_name,
                           uses_rngs=bool(rngs), n_devices=len(devices))
     name = axis_name or REPLICA_AXIS
-    mesh = _mesh(plan.devices, name)
-    placed_variables = place_variables(strategy, variables, plan.devices, cache, name)
-    arrays = place_arrays(split, plan, mesh, name, stacked=strategy != "shard_map")
+    mesh, placed_variables, arrays = _place_mapped(strategy, variables, split, plan, cache, name)
     keys = replica_keys(rngs, len(plan.devices))
     keys = None if keys is None else jax.device_put(keys, NamedSharding(mesh, P(name)))
     program = _mapped_program(strategy, replica_fn, split.treedef, split.static, tuple(split.axes),
@@ -160,6 +181,19 @@ def _run_mapped(strategy, replica_fn, variables, args, kwargs, devices, output_d
     output = merge_replica_outputs(stacked_out, plan, output_device, dim, who, len(devices))
     collections = reduce_collections(stacked_collections, sync_collections, plan.devices[0])
     return StrategyResult(output, collections, plan)
+
+
+def _plan_mapped(strategy, args, kwargs, devices, dim, who) -> tuple[SplitArgs, ShardPlan]:
+    require_distinct(devices, "device_ids")
+    split, batch = split_args(args, kwargs, dim, who)
+    return split, plan_shards(batch, devices, strategy)
+
+
+def _place_mapped(strategy, variables, split, plan, cache, name) -> tuple[Mesh, Any, list]:
+    """(mesh, P()-replicated variables, padded input arrays sharded over the mesh)."""
+    mesh = _mesh(plan.devices, name)
+    placed_variables = place_variables(strategy, variables, plan.devices, cache, name)
+    return mesh, placed_variables, place_arrays(split, plan, mesh, name, stacked=strategy != "shard_map")
 
 
 @functools.lru_cache(maxsize=64)
@@ -189,4 +223,7 @@ def _mapped_program(strategy, replica_fn, treedef, static, axes, devices, name) 
         return jax.tree.map(lambda leaf: leaf[None], replica(variables, arrays, rngs))
 
     in_specs = (P(), [spec_at(a, name) for a in axes], P(name))
-    return jax.jit(jax.shard_map(one_block, mesh=mesh, in_specs=in_specs, out_specs=P(name)))
+    # check_vma=False, as jax.pmap's own shard_map: a model written for one device need not type its
+    # values as varying (a Flax LSTM's zero carry meets varying inputs in lax.scan). Transpose then
+    # psums the cotangent of the P() variables over the replicas: the full-batch gradient.
+    return jax.jit(jax.shard_map(one_block, mesh=mesh, in_specs=in_specs, out_specs=P(name), check_vma=False))

@@ -1,4 +1,4 @@
-"""Small Flax models for the dp_jax strategy tests: an MLP, a conv net with BatchNorm, an attention block.
+"""Small Flax models for the dp_jax strategy tests: MLP, conv net with BatchNorm, attention block, LSTM.
 
 Each model takes (x, train) and returns per-row outputs; `make(name, batch, seed)` gives the model,
 its variables and an input batch of fresh random data.
@@ -41,8 +41,16 @@ class Attention(nn.Module):
         return nn.LayerNorm()(x + y)
 
 
-MODELS = {"mlp": MLP, "convbn": ConvBN, "attention": Attention}
-INPUT_SHAPES = {"mlp": (6,), "convbn": (6, 6, 2), "attention": (5, 8)}
+class LSTM(nn.Module):
+    """nn.RNN(nn.LSTMCell): a lax.scan whose zero initial carry meets the (per-replica) inputs."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        return nn.Dense(4)(nn.RNN(nn.LSTMCell(8))(x)[:, -1])
+
+
+MODELS = {"mlp": MLP, "convbn": ConvBN, "attention": Attention, "lstm": LSTM}
+INPUT_SHAPES = {"mlp": (6,), "convbn": (6, 6, 2), "attention": (5, 8), "lstm": (5, 3)}
 
 
 def make_input(name: str, batch: int, seed: int) -> np.ndarray:

@@ -20,6 +20,7 @@ MODES = {  # model -> modes it supports
     "mlp": ("eval", "dropout"),
     "convbn": ("eval", "train_bn"),
     "attention": ("eval", "dropout"),
+    "lstm": ("eval",),
 }
 
 
@@ -83,7 +84,7 @@ def check_case(name, mode, n, batch, seed=0):
 # The default run: each model and mode once, over 1, 2, 4 and 8 devices; the full matrix is slow.
 @pytest.mark.parametrize("name,mode,n", [
     ("mlp", "dropout", 4), ("mlp", "eval", 8), ("convbn", "train_bn", 4), ("convbn", "eval", 1),
-    ("attention", "eval", 2),
+    ("attention", "eval", 2), ("lstm", "eval", 2),
 ])
 def test_every_strategy_is_bitwise_explicit(name, mode, n):
     check_case(name, mode, n=n, batch=2 * n, seed=n + len(name))
@@ -123,10 +124,14 @@ def single_device_grad(model, variables, x, target):
     return jax.grad(lambda v: jnp.sum((model.apply(v, x) - target) ** 2))(variables)
 
 
-@pytest.mark.parametrize("batch", [5, pytest.param(8, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_grad_through_every_strategy_equals_single_device_grad(strategy, batch):
-    model, variables, x = make("mlp", batch, seed=batch)
+# lstm: a lax.scan carry under shard_map (check_vma); the default run keeps that case, the rest is slow.
+@pytest.mark.parametrize("strategy,name,batch", [
+    *[(s, "mlp", 5) for s in STRATEGIES], ("shard_map", "lstm", 8),
+    *[pytest.param(s, name, batch, marks=pytest.mark.slow) for s in STRATEGIES
+      for name, batch in (("mlp", 8), ("lstm", 5), ("lstm", 8)) if (s, name, batch) != ("shard_map", "lstm", 8)],
+])
+def test_grad_through_every_strategy_equals_single_device_grad(strategy, name, batch):
+    model, variables, x = make(name, batch, seed=batch)
     home = jax.devices()[5]  # the variables live off the replica devices; grads must come back here
     variables = jax.device_put(variables, home)
     target = np.random.default_rng(batch).standard_normal((batch, 4)).astype(np.float32)

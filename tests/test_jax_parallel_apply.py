@@ -195,7 +195,9 @@ def data_parallel_output(model, variables, x, devs):
 
 @pytest.mark.parametrize("seed, size, n, home", [
     (0, 5, 4, 0),  # chunks 2, 2, 1: three replicas; variables on devices[0], as torch requires
-    (1, 10, 4, 6),  # chunks 3, 3, 3, 1; variables on a device outside the list
+    # chunks 3, 3, 3, 1; variables on a device outside the list (the default run has this case through
+    # DataParallel in test_jax_equivalence's gradient test)
+    pytest.param(1, 10, 4, 6, marks=pytest.mark.slow),
     pytest.param(2, 7, 3, 2, marks=pytest.mark.slow),
     pytest.param(3, 16, 8, 0, marks=pytest.mark.slow),
 ])

@@ -214,3 +214,23 @@ def test_repeated_calls_with_same_shapes_do_not_recompile(strategy):
         for new_variables, new_x in fresh:
             dp.apply(new_variables, new_x)
     assert len(first) > 0 and len(again) == 0
+
+
+@pytest.mark.parametrize("strategy", ["shard_map", pytest.param("pmap", marks=pytest.mark.slow),
+                                      pytest.param("sharded", marks=pytest.mark.slow)])
+def test_grad_through_sync_batchnorm_equals_full_batch_grad(strategy):
+    # BN's pmean over the replica axis must transpose to a sum over replicas, once (shard_map runs
+    # with check_vma=False, like jax.pmap): the gradient is the full-batch model's.
+    model, variables, x = make("convbn", 8, seed=12, axis_name="batch")
+    plain, _, _ = make("convbn", 8, seed=12)
+    target = np.random.default_rng(12).standard_normal((8, 3)).astype(np.float32)
+    dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy, axis_name="batch")
+
+    def loss(apply, v):
+        out, _ = apply(v, x, True, mutable=["batch_stats"])
+        return jnp.sum((out - target) ** 2)
+
+    grads = jax.grad(lambda v: loss(dp.apply, v))(variables)
+    expected = jax.grad(lambda v: loss(plain.apply, v))(variables)
+    jax.tree.map(lambda g, e: np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-4, atol=1e-5),
+                 grads, expected)

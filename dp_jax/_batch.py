@@ -1,0 +1,54 @@
+"""The batch size of a set of input leaves, and `dim` wrapped per leaf: one check for every path.
+
+Shared by scatter/scatter_kwargs and the mapped strategies, so a bad batch reads the same wherever
+it is caught. Leaves are labelled by argument name and pytree path, e.g. "args[1]['mask']".
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from dp_jax._devices import is_array_leaf
+
+
+def labelled_leaves(named_trees: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(label, leaf) for every leaf of the named trees, in flattening order: ("args[0]", x), ..."""
+    return [(name + jax.tree_util.keystr(path), leaf)
+            for name, tree in named_trees.items()
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def common_batch(labelled: list[tuple[str, Any]], dim: int, caller: str) -> int | None:
+    """The size along `dim` shared by every array leaf (None when there are no arrays).
+
+    Raises, naming the leaf, for a 0-dim array, an out-of-range dim, or a batch that differs.
+    """
+    first: tuple[str, int] | None = None
+    for label, leaf in labelled:
+        if not is_array_leaf(leaf):
+            continue
+        if leaf.ndim == 0:
+            raise ValueError(
+                f"{caller}: leaf {label} is 0-dim (a scalar array) and cannot be split along dim {dim}; "
+                "pass arrays with a batch dimension, or close over scalars in apply_fn"
+            )
+        size = leaf.shape[wrap_dim(dim, leaf.shape, label, caller)]
+        if first is None:
+            first = (label, size)
+        elif size != first[1]:
+            raise ValueError(
+                f"{caller}: leaf {label} has batch {size} but {first[0]} has {first[1]} (dim={dim}); "
+                f"all leaves split along dim {dim} must have the same size"
+            )
+    return None if first is None else first[1]
+
+
+def wrap_dim(dim: int, shape: tuple[int, ...], label: str, caller: str) -> int:
+    """`dim` wrapped for an array of `shape` (negative counts from the end, as in torch)."""
+    if not -len(shape) <= dim < len(shape):
+        raise ValueError(
+            f"{caller}: dim={dim} is out of range for {label} with shape {tuple(shape)}; "
+            f"pass dim in [{-len(shape)}, {len(shape) - 1}]"
+        )
+    return dim % len(shape)
