@@ -21,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "list":
         return _list()
     if args.command == "demo":
-        settings = dict(DEMO, strategies=None, optimizer="sgd", dtype="float32", seed=0, torch_devices="cpu")
+        settings = dict(DEMO, strategies=None, optimizer="sgd", dtype="float32", seed=0, torch_devices="auto")
         fmt, out, html_out = "table", None, args.out
     else:
         settings = dict(pair=args.model, batch_size=args.batch, devices=args.devices,
@@ -61,8 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dtype", default="float32", help="float32 or float64 (default float32)")
     run.add_argument("--optimizer", default="sgd", help="sgd, momentum or adam (default sgd)")
     run.add_argument("--seed", type=int, default=0, help="weights and inputs seed (default 0)")
-    run.add_argument("--torch-devices", default="cpu", choices=TORCH_DEVICES,
-                     help="torch replicas on 'cpu' repeated, virtual vdev:i, or CUDA (default cpu)")
+    run.add_argument("--torch-devices", default="auto", choices=("auto", *TORCH_DEVICES),
+                     help="torch replicas on 'cpu' repeated, virtual vdev:i, or CUDA; 'auto' (default): "
+                          "CUDA if it has --devices GPUs, else virtual")
     run.add_argument("--format", default="table", choices=FORMATS, help="output format (default table)")
     run.add_argument("--out", help="write the report here instead of stdout")
     return parser
@@ -86,16 +87,26 @@ def _list() -> int:
 def _run(settings: dict):
     devices = settings["devices"]
     _set_jax_cpu_devices(max(8, devices) if isinstance(devices, int) else 8)
+    settings["torch_devices"] = _torch_device_kind(settings["torch_devices"], devices)
     if settings["torch_devices"] == "virtual" and isinstance(devices, int) and devices > 0:
         from dp_torch import virtual
 
-        virtual.install(devices)
+        virtual.install(devices)  # process-global, which is fine: the CLI is its own process
     from comparisons.harness import compare
     from comparisons.progress import progress_bar
 
     pair = settings.pop("pair")
     with progress_bar() as advance:
         return compare(pair, progress=advance, **settings)
+
+
+def _torch_device_kind(kind: str, devices: int) -> str:
+    """'auto' -> 'cuda' when torch sees `devices` GPUs, else 'virtual' (distinct vdev:i devices)."""
+    if kind != "auto":
+        return kind
+    import torch
+
+    return "cuda" if torch.cuda.device_count() >= devices else "virtual"
 
 
 def _set_jax_cpu_devices(count: int) -> None:

@@ -20,8 +20,8 @@ table{border-collapse:collapse;margin:4px 0}
 th,td{border:1px solid #ccc;padding:3px 6px;font-size:12px;vertical-align:top}
 th{background:#f3f3f3;text-align:left} td.num{text-align:right;font-family:monospace}
 tr.fail td{background:#fde7ea}
-.grids{display:flex;flex-wrap:wrap;gap:24px;align-items:flex-start}
-.grid td.path{font-family:monospace;white-space:nowrap} .grid td.cell{text-align:center;min-width:54px}
+.grid td.path{font-family:monospace;white-space:nowrap} .grid colgroup.backend{border-left:3px solid #777}
+.grid th.group{text-align:center;font-size:13px} .grid td.cell{text-align:center;min-width:54px}
 .grid td.empty{background:#fafafa}
 .alias{font-weight:700;color:#7a0019} .legend span{display:inline-block;padding:2px 8px;margin:2px}
 .role{color:#666;font-size:11px}
@@ -63,27 +63,66 @@ def _check_table(report: ComparisonReport) -> str:
 def _legend(report: ComparisonReport) -> str:
     spans = "".join(f"<span style='background:{PALETTE[i % len(PALETTE)]}'>device {i}</span>"
                     for i in range(report.devices))
-    return (f"<p class=legend>Columns are logical devices (positions in the device list). "
-            f"{spans} Cells name the replica (r0, r1, …; ‘global’ for the original or gathered "
-            f"value) and the shape; <span class=alias>≡</span> marks memory shared with the "
-            f"original (replica 0 should, the others should not).</p>")
+    return (f"<p class=legend>One row per tensor: torch's on the left, its Flax counterpart beside it "
+            f"(tensors with no single counterpart follow their layer), then where each JAX strategy "
+            f"puts it. Columns are logical devices "
+            f"(positions in each backend's device list). {spans} Cells name the replica (r0, r1, …; "
+            f"‘global’ for the original or gathered value) and the shape; "
+            f"<span class=alias>≡</span> marks memory shared with the original (replica 0 should, the "
+            f"others should not). A mapped strategy's padded chunk shows its padding rows; 'pmap' "
+            f"and 'sharded' chunks keep a leading replica axis of size 1.</p>")
 
 
 def _grids(report: ComparisonReport) -> str:
-    grids = [_grid(name, placement) for name, placement in report.placements.items()]
-    return "<div class=grids>" + "\n".join(grids) + "</div>"
+    """One table: torch's tensor and devices, then the Flax tensor beside it and each strategy's devices."""
+    from comparisons._placement_rows import aligned_rows
+
+    torch_map = report.placements.get("torch", PlacementMap(()))
+    jax_labels = [label for label in report.placements if label != "torch"]
+    torch_grid = _every_device(torch_map.grid(), report.devices)
+    jax_grids = [_every_device(report.placements[label].grid(), report.devices) for label in jax_labels]
+    spans = [len(torch_grid[0]) + 1] + [len(grid[0]) + (i == 0) for i, grid in enumerate(jax_grids)]
+    groups = "".join(f"<colgroup span={span} class=backend></colgroup>" for span in spans)
+    top = "".join(f"<th class=group colspan={span}>{escape(label)}</th>"
+                  for label, span in zip(["torch", *jax_labels], spans))
+    sub = ("<th class=path>tensor</th>" + _column_heads(torch_grid[0])
+           + "".join(("<th class=path>Flax tensor</th>" if i == 0 else "") + _column_heads(grid[0])
+                     for i, grid in enumerate(jax_grids)))
+    lines = [f"<table class=grid>{groups}<tr>{top}</tr><tr>{sub}</tr>"]
+    jax_maps = [report.placements[label] for label in jax_labels]
+    for torch_key, flax_key in aligned_rows(torch_map, jax_maps, report.layers):
+        cells = _name_cell(torch_key) + _device_cells(torch_grid, torch_key)
+        for i, grid in enumerate(jax_grids):
+            cells += (_name_cell(flax_key) if i == 0 else "") + _device_cells(grid, flax_key)
+        lines.append(f"<tr>{cells}</tr>")
+    return "\n".join(lines + ["</table>"])
 
 
-def _grid(name: str, placement: PlacementMap) -> str:
-    columns, tensors, cells = placement.grid()
-    header = "".join(f"<th>{'—' if i is None else i}<br><span class=role>{escape(device)}</span></th>"
-                     for i, device in columns)
-    rows = [f"<table class=grid><caption><b>{escape(name)}</b></caption>"
-            f"<tr><th>tensor</th>{header}</tr>"]
-    for role, path in tensors:
-        row = "".join(_cell(cells.get((i, device, role, path), []), i) for i, device in columns)
-        rows.append(f"<tr><td class=path><span class=role>{escape(role)}</span> {escape(path)}</td>{row}</tr>")
-    return "\n".join(rows + ["</table>"])
+def _every_device(grid: tuple, devices: int) -> tuple:
+    """The grid with a column for each of the `devices` logical devices, even one holding nothing."""
+    columns, tensors, cells = grid
+    missing = [(i, "") for i in range(devices) if i not in {index for index, _ in columns}]
+    ordered = sorted(columns + missing, key=lambda c: (c[0] is None, c[0] or 0, c[1]))
+    return ordered, tensors, cells
+
+
+def _column_heads(columns: list) -> str:
+    return "".join(f"<th class=dev>{'—' if i is None else i}<br><span class=role>{escape(device)}</span></th>"
+                   for i, device in columns)
+
+
+def _name_cell(key: tuple[str, str] | None) -> str:
+    if key is None:
+        return "<td class='path gap'></td>"
+    role, path = key
+    return f"<td class=path><span class=role>{escape(role)}</span> {escape(path)}</td>"
+
+
+def _device_cells(grid: tuple, key: tuple[str, str] | None) -> str:
+    columns, _, cells = grid
+    if key is None:
+        return "<td class='cell empty'></td>" * len(columns)
+    return "".join(_cell(cells.get((i, device, *key), []), i) for i, device in columns)
 
 
 def _cell(records: list, index: int | None) -> str:

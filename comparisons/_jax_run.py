@@ -39,11 +39,12 @@ def run_jax(pair: Any, flax_module: Any, variables: dict, inputs: tuple[np.ndarr
     dp, out_and_grads = _train(dp_step, variables, x, targets, config, progress)
     single, _ = _train(reference, variables, x, targets, config, progress)
     label = f"jax:{strategy}"
-    placement = _placement(variables, x, out_and_grads, devices, strategy, config.dim)
+    placement = _placement(wrapper, variables, x, out_and_grads, devices)
     plan = wrapper.last_plan
     notes = [] if not plan.pad_rows else [f"{label} pads the last chunk: {plan.describe()}"]
     count = sum(leaf.size for leaf in jax.tree.leaves(variables["params"]))
-    return BackendRun(label, dp, single, placement, list(plan.chunk_sizes), count, notes)
+    padded = len(plan.chunk_sizes) - 1 if plan.pad_rows else None
+    return BackendRun(label, dp, single, placement, list(plan.chunk_sizes), count, notes, padded)
 
 
 def _split(result, mutable):
@@ -117,17 +118,15 @@ def make_optimizer(name: str) -> optax.GradientTransformation:
     return optax.sgd(settings["lr"], momentum=settings.get("momentum"))
 
 
-def _placement(variables, x, out_and_grads, devices, strategy, dim) -> PlacementMap:
-    """Replicas and input chunks from the explicit strategy's own steps, output and grads as returned."""
+def _placement(wrapper, variables, x, out_and_grads, devices) -> PlacementMap:
+    """Replicas and input chunks as DataParallel.placed reports them (padding included), output and grads."""
     output, grads = out_and_grads
-    placement = placement_of(output, devices, role="output", name="out")
-    placement += _as_grads(placement_of({"params": grads}, devices))
-    if strategy != "explicit":
-        return placement
-    chunks = dp_jax.scatter(x, list(devices), dim)
-    replicas = dp_jax.replicate(variables, list(devices[: len(chunks)]))
-    return (placement_of(replicas, devices, original=variables, per_replica=True)
-            + placement_of(chunks, devices, role="input", name="args", per_replica=True) + placement)
+    placed = wrapper.placed(variables, *x)
+    inputs = [args for args, _ in placed.inputs_per_replica]
+    return (placement_of(placed.variables_per_replica, devices, original=variables, per_replica=True)
+            + placement_of(inputs, devices, role="input", name="args", per_replica=True)
+            + placement_of(output, devices, role="output", name="out")
+            + _as_grads(placement_of({"params": grads}, devices)))
 
 
 def _as_grads(placement: PlacementMap) -> PlacementMap:

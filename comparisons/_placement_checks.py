@@ -7,7 +7,7 @@ layer's params/buffers/grads of each replica collapse into one record (its devic
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from comparisons.placement import PlacementMap, PlacementRecord
 from comparisons.report import Check
@@ -24,7 +24,7 @@ def by_layer(placement: PlacementMap, prefixes: Sequence[str]) -> PlacementMap:
     groups: dict[tuple, list[PlacementRecord]] = {}
     kept: list[PlacementRecord] = []
     for record in placement:
-        prefix = _layer_of(record.path, prefixes) if record.role in _LAYERED_ROLES else None
+        prefix = layer_of(record.path, prefixes) if record.role in _LAYERED_ROLES else None
         if prefix is None:
             kept.append(record)
         else:
@@ -33,7 +33,8 @@ def by_layer(placement: PlacementMap, prefixes: Sequence[str]) -> PlacementMap:
     return PlacementMap(tuple(collapsed + kept))
 
 
-def _layer_of(path: str, prefixes: Sequence[str]) -> str | None:
+def layer_of(path: str, prefixes: Iterable[str]) -> str | None:
+    """The longest prefix that is `path` or a dotted parent of it (None if none is)."""
     matches = [p for p in prefixes if path == p or path.startswith(p + ".")]
     return max(matches, key=len) if matches else None
 
@@ -59,8 +60,12 @@ def layer_name_map(pair) -> tuple[list[str], list[str], dict[str, str | None]]:
 
 
 def compare_placement(pair, torch_map: PlacementMap, jax_map: PlacementMap, label: str,
-                      explicit: bool) -> Check:
-    """torch vs JAX: every layer of every replica, every input chunk, the output, the grads."""
+                      padded_replica: int | None = None) -> Check:
+    """torch vs JAX: every layer of every replica, every input chunk, the output, the grads.
+
+    A mapped strategy pads one replica's input chunk (`padded_replica`); its size is not compared
+    here (the `chunks` check and the notes cover padding), its device and aliasing are.
+    """
     torch_prefixes, flax_prefixes, names = layer_name_map(pair)
     # Layer names are mapped for layered roles only: a layer called "out" is not the output "out".
     mine = PlacementMap(tuple(
@@ -71,15 +76,18 @@ def compare_placement(pair, torch_map: PlacementMap, jax_map: PlacementMap, labe
     theirs = PlacementMap(tuple(
         dataclasses.replace(r, path="params." + r.path.removeprefix("batch_stats."))
         if r.role == "buffer" else r for r in theirs))
-    if not explicit:  # mapped strategies: only the gathered output and the grads are observable
-        mine = PlacementMap(tuple(r for r in mine if r.replica is None))
     differences = mine.diff(theirs, fields=("logical_index", "aliases_original"))
-    differences += mine.filter(role="input").diff(theirs.filter(role="input"), fields=("size",))
-    compared = "torch vs " + label + ("" if explicit else " (output, grads)")
+    differences += _unpadded_inputs(mine, padded_replica).diff(_unpadded_inputs(theirs, padded_replica),
+                                                               fields=("size",))
     detail = "; ".join(map(str, differences[:4])) + (f" (+{len(differences) - 4} more)"
                                                      if len(differences) > 4 else "")
-    return Check("placement", compared, not differences,
-                 detail=detail or f"{len(mine)} layer/input/output records agree")
+    padding = "" if padded_replica is None else f"; replica {padded_replica}'s input is padded (size not compared)"
+    return Check("placement", f"torch vs {label}", not differences,
+                 detail=detail or f"{len(mine)} layer/input/output records agree{padding}")
+
+
+def _unpadded_inputs(placement: PlacementMap, padded_replica: int | None) -> PlacementMap:
+    return PlacementMap(tuple(r for r in placement.filter(role="input") if r.replica != padded_replica))
 
 
 def _without_torch_only(placement: PlacementMap) -> PlacementMap:

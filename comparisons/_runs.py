@@ -42,6 +42,7 @@ class BackendRun:
     chunk_sizes: list[int]
     parameter_count: int
     notes: list[str] = dataclasses.field(default_factory=list)
+    padded_replica: int | None = None  # the replica whose input chunk a mapped strategy padded
 
 
 @dataclasses.dataclass(frozen=True)

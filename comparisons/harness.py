@@ -31,8 +31,10 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     """Compare dp_torch and dp_jax on `pair` (a ModelPair or a registered name); returns the report.
 
     Args:
-      devices: number of devices; JAX uses jax.devices()[:devices], torch "cpu" repeated, the
-        installed virtual devices (dp_torch.virtual.install first) or CUDA GPUs.
+      devices: number of devices; JAX uses jax.devices()[:devices].
+      torch_devices: "cpu" (the CPU repeated; the default, as installing virtual devices is
+        process-global), "virtual" (call dp_torch.virtual.install(devices) first; never done here)
+        or "cuda". The CLI's --torch-devices auto picks cuda or virtual and installs them.
       strategies: dp_jax strategies; None = every strategy that can run this batch (the mapped
         ones pad uneven batches, which they refuse for models with BatchNorm statistics).
       steps: optimizer steps (>= 1); the first step's output/grads/statistics are checked.
@@ -62,6 +64,7 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     report.chunk_sizes = runs[0].chunk_sizes
     report.checks = judge(pair, runs, TOLERANCES[dtype])
     report.placements = {run.label: run.placement for run in runs}
+    report.layers = {layer.torch: layer.flax.replace("/", ".") for layer in pair.mapping}
     report.notes += [note for run in runs for note in run.notes] + _parametrisation_note(runs)
     return report
 
@@ -103,7 +106,7 @@ def judge(pair: Any, runs: list[BackendRun], tol: float) -> list[Check]:
         checks.append(Check("chunks", f"torch vs {run.label}", run.chunk_sizes == torch_run.chunk_sizes,
                             detail=f"chunk sizes {run.chunk_sizes} vs torch {torch_run.chunk_sizes}"))
         checks.append(compare_placement(pair, torch_run.placement, run.placement, run.label,
-                                        explicit=run.label == "jax:explicit"))
+                                        padded_replica=run.padded_replica))
     checks += [check_aliasing(run.placement, run.label) for run in runs
                if any(r.replica is not None and r.role == "param" for r in run.placement)]
     return checks

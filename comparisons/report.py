@@ -50,6 +50,7 @@ class ComparisonReport:
     checks: list[Check] = dataclasses.field(default_factory=list)
     placements: dict[str, PlacementMap] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
+    layers: dict[str, str] = dataclasses.field(default_factory=dict)  # torch layer -> Flax layer path
 
     @property
     def ok(self) -> bool:
@@ -96,7 +97,14 @@ def headline(report: ComparisonReport) -> str:
     return (f"{report.model}: batch {report.batch_size} on {report.devices} device(s) "
             f"(chunks {', '.join(map(str, report.chunk_sizes))}), {report.dtype}, "
             f"{report.steps} {report.optimizer} step(s), strategies "
-            f"{', '.join(report.strategies)}, torch on {report.torch_devices}")
+            f"{', '.join(report.strategies)}, torch on {torch_device_words(report)}")
+
+
+def torch_device_words(report: ComparisonReport) -> str:
+    """Which torch devices held the replicas, e.g. "virtual devices vdev:0..3"."""
+    last = report.devices - 1
+    return {"cpu": f"the CPU (repeated {report.devices}x)", "virtual": f"virtual devices vdev:0..{last}",
+            "cuda": f"cuda:0..{last}"}.get(report.torch_devices, report.torch_devices)
 
 
 def to_table(report: ComparisonReport, width: int = 120) -> str:

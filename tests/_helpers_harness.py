@@ -26,7 +26,7 @@ def small_report(passed: bool = True) -> ComparisonReport:
     return ComparisonReport(model="mlp", batch_size=3, devices=2, chunk_sizes=[2, 1], strategies=["explicit"],
                             steps=1, optimizer="sgd", dtype="float32", seed=0, torch_devices="cpu",
                             tolerance={"max_abs": 1e-5, "rel_norm": 1e-5}, checks=checks,
-                            placements=placements, notes=["a note"])
+                            placements=placements, notes=["a note"], layers={"fc": "fc"})
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -25,8 +25,13 @@ def test_demo_prints_the_table_and_writes_a_self_contained_report(tmp_path):
     assert "cnn_bn: batch 10 on 4 device(s) (chunks 3, 3, 3, 1)" in result.stdout
     assert "checks passed" in result.stdout and "FAIL" not in result.stdout
     html = (tmp_path / "report.html").read_text()
-    assert "<table class=grid><caption><b>torch</b>" in html
-    assert "<table class=grid><caption><b>jax:explicit</b>" in html
+    assert "<th class=group colspan=5>torch</th>" in html and "<th class=group colspan=5>jax:explicit</th>" in html
+    # --torch-devices auto: virtual devices on a machine without 4 GPUs, named in the headline and grid
+    import torch
+
+    if torch.cuda.device_count() < 4:
+        assert "torch on virtual devices vdev:0..3" in html
+        assert all(f"vdev:{i}" in html for i in range(4))
     assert "https://" not in html and "<script" not in html
 
 
@@ -78,3 +83,15 @@ def test_run_with_virtual_torch_devices_places_replicas_on_vdev(tmp_path):
     params = [r for r in data["placements"]["torch"] if r["role"] == "param" and r["replica"] is not None]
     assert {(r["replica"], r["device"]) for r in params} == {(i, f"vdev:{i}") for i in range(3)}
     assert data["ok"] is True
+
+
+@pytest.mark.parametrize("gpus, devices, expected", [(0, 4, "virtual"), (2, 4, "virtual"), (4, 4, "cuda"),
+                                                     (8, 2, "cuda")])
+def test_auto_torch_devices_takes_cuda_only_when_there_are_enough_gpus(monkeypatch, gpus, devices, expected):
+    import torch
+
+    from comparisons.__main__ import _torch_device_kind
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert _torch_device_kind("auto", devices) == expected
+    assert _torch_device_kind("cpu", devices) == "cpu"  # an explicit choice is kept

@@ -38,7 +38,7 @@ def placements(n: int, seed: int, move: tuple[int, str] | None = None):
 @pytest.mark.parametrize("n", [2, 3])
 def test_faithful_replicas_agree_layer_by_layer(n):
     pair, torch_map, jax_map = placements(n, seed=n)
-    check = compare_placement(pair, torch_map, jax_map, "jax:explicit", explicit=True)
+    check = compare_placement(pair, torch_map, jax_map, "jax:explicit")
     assert check.passed, check.detail
     assert check_aliasing(torch_map, "torch").passed and check_aliasing(jax_map, "jax").passed
 
@@ -46,7 +46,7 @@ def test_faithful_replicas_agree_layer_by_layer(n):
 @pytest.mark.parametrize("replica, layer", [(1, "fc2"), (2, "out")])
 def test_a_jax_bias_on_the_wrong_device_fails_the_placement_verdict(replica, layer):
     pair, torch_map, jax_map = placements(3, seed=replica, move=(replica, layer))
-    check = compare_placement(pair, torch_map, jax_map, "jax:explicit", explicit=True)
+    check = compare_placement(pair, torch_map, jax_map, "jax:explicit")
     assert not check.passed
     # -1: the layer's tensors on this replica are spread over several devices
     assert f"replica {replica} param params.{layer}: logical_index {replica} != -1" in check.detail
@@ -57,3 +57,15 @@ def test_a_replica_that_aliases_the_original_fails_the_aliasing_verdict():
     wrong = PlacementMap(tuple(dataclasses.replace(r, aliases_original=True) for r in jax_map))
     check = check_aliasing(wrong, "jax:explicit")
     assert not check.passed and "replica 1" in check.detail
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_only_the_padded_replicas_input_may_differ_in_size(n):
+    pair, torch_map, jax_map = placements(n, seed=7 + n)
+    last = n - 1
+    padded = PlacementMap(tuple(dataclasses.replace(r, shape=(r.shape[0] + 2, *r.shape[1:]))
+                                if r.role == "input" and r.replica == last else r for r in jax_map))
+    assert compare_placement(pair, torch_map, padded, "jax:sharded", padded_replica=last).passed
+    check = compare_placement(pair, torch_map, padded, "jax:sharded")
+    assert not check.passed and f"replica {last} input args[0]: size" in check.detail
+    assert not compare_placement(pair, torch_map, padded, "jax:sharded", padded_replica=0).passed

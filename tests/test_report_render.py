@@ -10,7 +10,7 @@ from _helpers_harness import small_report
 from comparisons.report import SCHEMA_VERSION
 
 TOP_LEVEL = {"schema_version", "model", "batch_size", "devices", "chunk_sizes", "strategies", "steps",
-             "optimizer", "dtype", "seed", "torch_devices", "tolerance", "ok", "checks", "placements", "notes"}
+             "optimizer", "dtype", "seed", "torch_devices", "tolerance", "ok", "checks", "placements", "notes", "layers"}
 CHECK_FIELDS = {"subject", "compared", "passed", "max_abs", "rel_norm", "tolerance", "detail"}
 RECORD_FIELDS = {"replica", "path", "role", "device", "logical_index", "shape", "dtype", "aliases_original"}
 
@@ -59,10 +59,10 @@ def test_html_is_self_contained_and_escapes_details():
     assert "<tr class=fail>" in html and "FAILED" in html
 
 
-def test_html_draws_one_grid_per_backend_with_device_colours_and_aliasing():
+def test_html_puts_each_backend_in_a_column_group_with_device_colours_and_aliasing():
     html = small_report().render("html")
-    grids = re.findall(r"<table class=grid><caption><b>(.*?)</b>", html)
-    assert grids == ["torch", "jax:explicit"]
+    groups = re.findall(r"<th class=group colspan=(\d+)>(.*?)</th>", html)
+    assert groups == [("3", "torch"), ("3", "jax:explicit")]  # tensor name + 2 devices each
     cells = re.findall(r"<td class=cell style='background:(#[0-9a-f]{6})'>(r\d)( <span class=alias>≡</span>)?",
                        html)
     assert [(replica, bool(alias)) for _, replica, alias in cells] == [
@@ -71,6 +71,43 @@ def test_html_draws_one_grid_per_backend_with_device_colours_and_aliasing():
     assert colours["r0"] != colours["r1"]
 
 
+def test_html_row_holds_the_torch_tensor_beside_its_flax_counterpart():
+    html = small_report().render("html")
+    row = next(line for line in html.splitlines() if "fc.weight" in line)
+    assert "params.fc.kernel" in row
+
+
+def test_headline_names_the_torch_device_kind():
+    report = small_report()
+    assert "torch on the CPU (repeated 2x)" in report.render("markdown")
+    report.torch_devices = "virtual"
+    assert "torch on virtual devices vdev:0..1" in report.render("table")
+
+
 def test_unknown_format_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="format 'pdf' is unknown; use one of table, json, markdown, html"):
         small_report().render("pdf")
+
+
+def test_rows_pair_torch_tensors_with_flax_ones_and_keep_leftovers_by_their_layer():
+    from comparisons._placement_rows import aligned_rows
+    from comparisons.placement import PlacementMap, PlacementRecord
+
+    def placement(*keys):
+        return PlacementMap(tuple(PlacementRecord(0, path, role, "cpu", 0, (2,), "float32") for role, path in keys))
+
+    torch_map = placement(("param", "attn.in_proj_weight"), ("param", "attn.out_proj.weight"),
+                          ("buffer", "bn.running_mean"), ("buffer", "bn.num_batches_tracked"), ("input", "args[0]"))
+    jax_map = placement(("param", "params.extra.kernel"), ("buffer", "batch_stats.bn.mean"),
+                        ("param", "params.attn.query.kernel"), ("param", "params.attn.out.kernel"),
+                        ("input", "args[0]"))
+    rows = aligned_rows(torch_map, [jax_map], {"attn": "attn", "bn": "bn"})
+    assert rows == [
+        (("param", "attn.in_proj_weight"), None),
+        (("param", "attn.out_proj.weight"), ("param", "params.attn.out.kernel")),
+        (None, ("param", "params.attn.query.kernel")),  # no single torch counterpart: after its layer
+        (("buffer", "bn.running_mean"), ("buffer", "batch_stats.bn.mean")),
+        (("buffer", "bn.num_batches_tracked"), None),
+        (("input", "args[0]"), ("input", "args[0]")),
+        (None, ("param", "params.extra.kernel")),  # no layer in the mapping: last
+    ]
