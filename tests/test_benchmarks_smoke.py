@@ -1,0 +1,89 @@
+"""`python -m benchmarks --quick` runs end to end and writes a well-formed table, JSON and page.
+
+Smoke test only: it never asserts timings, just that every section reports, and that every
+ratio is a positive finite number with a consistent spread.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = {"jax_strategies", "torch_stock", "breakdown", "replication", "harness", "virtual"}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("benchmarks")
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out / "results.json"),
+         "--docs", str(out / "performance.md")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout, json.loads((out / "results.json").read_text()), (out / "performance.md").read_text()
+
+
+def rows_of_kind(results, kind):
+    return [row for section in results["sections"] for row in section["rows"] if kind in row]
+
+
+def test_quick_run_reports_every_section_with_rows_or_a_reason(quick_run):
+    _, results, _ = quick_run
+    assert {section["id"] for section in results["sections"]} == SECTIONS
+    for section in results["sections"]:
+        assert section["rows"] or section["unavailable"], section["id"]
+
+
+def test_every_ratio_is_a_positive_finite_number_inside_its_own_spread(quick_run):
+    _, results, _ = quick_run
+    ratios = [row["ratio"] for row in rows_of_kind(results, "ratio")]
+    assert ratios, "a quick run measured no ratio at all"
+    for ratio in ratios:
+        figures = [ratio[key] for key in ("median", "min", "max", "a_s", "b_s")]
+        assert all(math.isfinite(f) and f > 0 for f in figures), ratio
+        quartiles = (ratio["q1"], ratio["q3"]) if ratio["q1"] is not None else (ratio["median"],) * 2
+        assert ratio["min"] <= quartiles[0] <= ratio["median"] <= quartiles[1] <= ratio["max"], ratio
+
+
+def test_jax_strategies_compare_each_strategy_with_single_device_jit(quick_run):
+    _, results, _ = quick_run
+    (section,) = [s for s in results["sections"] if s["id"] == "jax_strategies"]
+    measured = {(row["labels"]["strategy"], row["labels"]["mode"]) for row in section["rows"] if "ratio" in row}
+    assert {("reference", "fwd"), ("reference", "fwd+bwd")} <= measured
+
+
+def test_step_shares_of_one_forward_sum_to_one(quick_run):
+    _, results, _ = quick_run
+    rows = rows_of_kind(results, "shares")
+    assert rows
+    for row in rows:
+        assert set(row["shares"]) == {"scatter", "replicate", "parallel_apply", "gather"}
+        assert all(0 < share["median"] < 1 for share in row["shares"].values())
+
+
+def test_table_and_page_show_the_machine_and_every_section(quick_run):
+    stdout, results, page = quick_run
+    for section in results["sections"]:
+        assert f"## {section['title']}" in stdout and f"## {section['title']}" in page
+    for key in ("cpu", "cores", "python", "torch", "jax"):
+        assert f"**{key}**: {results['machine'][key]}" in page
+    assert "```python" not in page  # docs/ python blocks are executed by test_docs
+
+
+def test_regenerating_the_page_keeps_its_hand_written_head(tmp_path):
+    from benchmarks import docs_page
+
+    page = tmp_path / "performance.md"
+    results = {"machine": {"cpu": "test-cpu"}, "quick": False, "sections": []}
+    docs_page.write(results, page)
+    edited = page.read_text().replace(docs_page.MARKER, f"Findings {tmp_path.name}.\n\n{docs_page.MARKER}")
+    page.write_text(edited.replace("test-cpu", "stale-cpu"))
+    docs_page.write(results, page)
+    text = page.read_text()
+    assert f"Findings {tmp_path.name}." in text and "test-cpu" in text and "stale-cpu" not in text
