@@ -33,9 +33,9 @@ def run_jax(pair: Any, flax_module: Any, variables: dict, inputs: tuple[np.ndarr
     def dp_apply(vars_, x_):
         return _split(wrapper.apply(vars_, *x_, train=True, mutable=mutable), mutable)
 
-    sizes = dp_jax.chunk_sizes(config.batch_size, len(devices))
-    reference = jax.jit(_value_and_grad(pair, _chunked_apply(flax_module, sizes, config.dim, mutable)))
-    dp_step = _value_and_grad(pair, dp_apply)
+    sizes = tuple(dp_jax.chunk_sizes(config.batch_size, len(devices)))
+    reference = _reference_step(pair.loss_jax, flax_module, sizes, config.dim, _hashable(mutable))
+    dp_step = _value_and_grad(pair.loss_jax, dp_apply)
     dp, out_and_grads = _train(dp_step, variables, x, targets, config, progress)
     single, _ = _train(reference, variables, x, targets, config, progress)
     label = f"jax:{strategy}"
@@ -65,9 +65,26 @@ def _chunked_apply(flax_module, sizes, dim, mutable):
     return apply
 
 
-def _value_and_grad(pair, apply):
+def _hashable(mutable):
+    return tuple(mutable) if isinstance(mutable, list) else mutable
+
+
+def _reference_step(loss_jax, flax_module, sizes, dim, mutable):
+    """The jitted chunked reference, one per (loss, module, sizes, dim, mutable): a warm compare reuses it."""
+    try:
+        return _cached_reference_step(loss_jax, flax_module, sizes, dim, mutable)
+    except TypeError:  # a module with an unhashable field: build it afresh (and compile again)
+        return _cached_reference_step.__wrapped__(loss_jax, flax_module, sizes, dim, mutable)
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_reference_step(loss_jax, flax_module, sizes, dim, mutable):
+    return jax.jit(_value_and_grad(loss_jax, _chunked_apply(flax_module, sizes, dim, mutable)))
+
+
+def _value_and_grad(loss_jax, apply):
     """(params, state, x, y) -> ((loss, (output, updated state)), grads) for a (variables, x) apply."""
-    loss_of_output = _jitted(pair.loss_jax)  # one program, not one eager dispatch per op
+    loss_of_output = _jitted(loss_jax)  # one program, not one eager dispatch per op
 
     def loss(params, state, x, y):
         output, updated = apply({"params": params, **state}, x)

@@ -12,6 +12,7 @@ An NNX module goes through its functional form:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -117,9 +118,26 @@ def data_parallel(
     return wrapper.apply(variables, *inputs, **(module_kwargs or {}))
 
 
+@dataclasses.dataclass(frozen=True)
+class _LinenApply:
+    """`module.apply` as a value equal for equal modules (a bound method compares by identity), so a
+    rebuilt but identical module reuses the compiled programs."""
+
+    module: nn.Module
+
+    def __call__(self, variables: Any, *args: Any, **kwargs: Any) -> Any:
+        return self.module.apply(variables, *args, **kwargs)
+
+    def __hash__(self) -> int:
+        try:
+            return hash(self.module)
+        except TypeError:  # a module with an unhashable field: cache by identity, as a bound method would
+            return id(self.module)
+
+
 def _apply_fn_of(module_or_apply_fn: Any) -> Callable[..., Any]:
     if isinstance(module_or_apply_fn, nn.Module):
-        return module_or_apply_fn.apply
+        return _LinenApply(module_or_apply_fn)
     if not callable(module_or_apply_fn):
         raise TypeError(f"module_or_apply_fn={module_or_apply_fn!r} is neither a linen Module nor callable; "
                         "pass a Module or fn(variables, *args, **kwargs) (for NNX: see this module's docstring)")

@@ -76,7 +76,7 @@ def check_concatenable(tensors: Sequence[Any], dim: int, path: str) -> None:
             )
         if not -t.dim() <= dim < t.dim():
             raise IndexError(f"gather: dim={dim} is out of range for {path} of shape {tuple(t.shape)}")
-        if _without(t.shape, dim) != _without(ref.shape, dim):
+        if t.shape != ref.shape and _without(t.shape, dim) != _without(ref.shape, dim):
             raise RuntimeError(
                 f"gather: {path} has shape {tuple(t.shape)} in replica {j} but {tuple(ref.shape)} in replica 0; "
                 f"all dims except dim {dim} must match"

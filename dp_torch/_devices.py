@@ -47,6 +47,8 @@ def as_device(value: DeviceLike, arg: str) -> torch.device:
 
     Raises ValueError for a device that does not exist on this machine.
     """
+    if isinstance(value, torch.device) and value.type in _INDEXLESS_TYPES and value.index is None:
+        return value  # already normalised (the common CPU case)
     device = _parse(value, arg)
     if device.type in _INDEXLESS_TYPES:
         return torch.device(device.type)  # their tensors never carry an index: "cpu:1" tensors report "cpu"

@@ -86,7 +86,7 @@ class Scatter(Function):
             pieces = input.chunk(len(devices), dim)
         else:
             pieces = input.split(list(chunk_sizes), dim)
-        return tuple(piece.to(device) for piece, device in zip(pieces, devices))
+        return tuple(piece if piece.device == device else piece.to(device) for piece, device in zip(pieces, devices))
 
     @staticmethod
     def backward(ctx, *grad_outputs: torch.Tensor):

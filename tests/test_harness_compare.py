@@ -45,6 +45,19 @@ def test_float64_x64_mode_does_not_leak_out_of_compare():
     assert jnp.asarray(np.ones(2)).dtype == jnp.float32
 
 
+def test_a_second_compare_of_the_same_pair_and_shapes_compiles_nothing():
+    from _helpers_jax import counting_compiles
+
+    settings = dict(batch_size=7, devices=3, strategies=["explicit", "shard_map"], steps=1)
+    with counting_compiles() as first_compiles:
+        compare("mlp", seed=5, **settings)
+    with counting_compiles() as second_compiles:
+        report = compare("mlp", seed=6, **settings)
+    assert first_compiles.count > 0
+    assert second_compiles.count == 0
+    assert report.ok
+
+
 def test_batch_of_10_on_4_devices_passes_with_torch_chunks_and_replica_placement():
     report = compare("mlp", batch_size=10, devices=4, strategies=["explicit", "sharded"], steps=2, seed=3)
     assert_all_verdicts_pass(report, ["explicit", "sharded"], batch_stats=False)

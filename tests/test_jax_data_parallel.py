@@ -8,7 +8,8 @@ import pytest
 from flax import nnx
 
 from dp_jax.data_parallel import DataParallel, data_parallel
-from tests._models_jax import make
+from _helpers_jax import MLP, batch, counting_compiles
+from _models_jax import make
 
 MAPPED = ("pmap", "sharded", "shard_map")
 
@@ -24,6 +25,20 @@ def test_linen_module_matches_module_apply_and_lands_on_device_ids_0():
     out = DataParallel(model, device_ids=[2, 3]).apply(variables, x)
     np.testing.assert_allclose(np.asarray(out), np.asarray(model.apply(variables, x)), rtol=1e-5, atol=1e-6)
     assert out.devices() == {jax.devices()[2]} and out.committed
+
+
+@pytest.mark.parametrize("strategy", ["explicit", "sharded"])
+def test_an_equal_linen_module_built_again_compiles_nothing(strategy):
+    widths = (11, 4)  # used by no other test, so the first apply below is the one that compiles
+    variables = MLP(widths).init(jax.random.key(3), jnp.ones((1, 5)))
+    x = batch(seed=4, size=6)
+    with counting_compiles() as first_compiles:
+        first = DataParallel(MLP(widths), device_ids=[0, 1, 2], strategy=strategy).apply(variables, x)
+    with counting_compiles() as second_compiles:
+        second = DataParallel(MLP(widths), device_ids=[0, 1, 2], strategy=strategy).apply(variables, x)
+    assert first_compiles.count > 0
+    assert second_compiles.count == 0
+    np.testing.assert_array_equal(np.asarray(second), np.asarray(first))
 
 
 @pytest.mark.parametrize("strategy", ["explicit", "shard_map"])

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dp_jax.data_parallel import DataParallel
-from tests._models_jax import make
+from _models_jax import make
 
 STRATEGIES = ("explicit", "pmap", "sharded", "shard_map")
 MAPPED = STRATEGIES[1:]

@@ -7,8 +7,8 @@ import pytest
 
 import dp_jax
 from dp_jax import DataParallel, ReplicaPlacement
-from tests._helpers_jax import array_leaves, assert_committed_to, assert_trees_equal, devices
-from tests._models_jax import make
+from _helpers_jax import array_leaves, assert_committed_to, assert_trees_equal, devices
+from _models_jax import make
 
 STRATEGIES = dp_jax.STRATEGIES
 MAPPED = STRATEGIES[1:]

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import dp_torch
-from tests._helpers_torch import assert_same_grads, mlp, twin
+from _helpers_torch import assert_same_grads, mlp, twin
 
 pytestmark = [
     pytest.mark.gpu,

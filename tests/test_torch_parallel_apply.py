@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import dp_torch
-from tests._helpers_torch import cpus, mlp
+from _helpers_torch import cpus, mlp
 
 
 class Probe(nn.Module):

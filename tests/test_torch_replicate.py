@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import dp_torch
-from tests._helpers_torch import ScaledByBuffer, TiedLM, cpus, mlp
+from _helpers_torch import ScaledByBuffer, TiedLM, cpus, mlp
 
 
 def _storage(t: torch.Tensor) -> int:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import dp_torch
-from tests._helpers_torch import cpus
+from _helpers_torch import cpus
 
 Pair = collections.namedtuple("Pair", ["left", "right"])
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dp_torch
-from tests._helpers_torch import cpus
+from _helpers_torch import cpus
 
 Point = collections.namedtuple("Point", ["a", "b"])
 SHARED = "shared-leaf"
