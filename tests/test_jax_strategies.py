@@ -1,8 +1,6 @@
 """dp_jax strategies: shard plans, padding refusals, per-replica keys, the variables cache, compile counts."""
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,26 +10,10 @@ from hypothesis import strategies as st
 
 from dp_jax.data_parallel import DataParallel
 from dp_jax.strategies import STRATEGIES, plan_shards, replica_keys
+from _helpers_jax import counting_compiles
 from _models_jax import make
 
 MAPPED = ("pmap", "sharded", "shard_map")
-COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-
-
-@contextlib.contextmanager
-def count_compiles():
-    """Yields a list that collects one entry per XLA backend compile while the block runs."""
-    compiles: list[str] = []
-
-    def listener(event, duration, **_):
-        if event == COMPILE_EVENT:
-            compiles.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield compiles
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
 
 
 # --- ShardPlan ---------------------------------------------------------------------------------
@@ -208,13 +190,13 @@ def test_repeated_calls_with_same_shapes_do_not_recompile(strategy):
     # 11 rows, a batch no other test uses: an equal module shares compiled programs across tests
     model, variables, x = make("mlp", 11, seed=9)
     dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy)
-    with count_compiles() as first:
+    with counting_compiles() as first:
         dp.apply(variables, x)
     fresh = [make("mlp", 11, seed=seed)[1:] for seed in (10, 11)]  # new values and arrays, same shapes
-    with count_compiles() as again:
+    with counting_compiles() as again:
         for new_variables, new_x in fresh:
             dp.apply(new_variables, new_x)
-    assert len(first) > 0 and len(again) == 0
+    assert first.count > 0 and again.count == 0
 
 
 @pytest.mark.parametrize("strategy", ["shard_map", pytest.param("pmap", marks=pytest.mark.slow),
