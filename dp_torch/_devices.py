@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 import torch
 
-DeviceLike = Union[int, str, torch.device]
+DeviceLike = int | str | torch.device
 
 _CPU = torch.device("cpu")
 _INDEXLESS_TYPES = ("cpu", "meta")
@@ -42,14 +42,14 @@ def default_device_ids() -> list[torch.device]:
     return [torch.device(device_type, i) for i in range(torch.accelerator.device_count())]
 
 
-def as_device(value: DeviceLike, arg: str) -> torch.device:
-    """Normalise one device argument; ``arg`` names it in errors (e.g. ``"device_ids[2]"``).
+def resolve_device(value: DeviceLike, arg_name: str) -> torch.device:
+    """Normalise one device argument; ``arg_name`` names it in errors (e.g. ``"device_ids[2]"``).
 
     Raises ValueError for a device that does not exist on this machine.
     """
     if isinstance(value, torch.device) and value.type in _INDEXLESS_TYPES and value.index is None:
         return value  # already normalised (the common CPU case)
-    device = _parse(value, arg)
+    device = _parse(value, arg_name)
     if device.type in _INDEXLESS_TYPES:
         return torch.device(device.type)  # their tensors never carry an index: "cpu:1" tensors report "cpu"
     if device.index is None:
@@ -58,40 +58,41 @@ def as_device(value: DeviceLike, arg: str) -> torch.device:
     if device.index >= count:
         existing = ", ".join(f"{device.type}:{i}" for i in range(count)) or "none"
         raise ValueError(
-            f"{arg}={value!r} names {device}, which does not exist: this machine has {count} "
+            f"{arg_name}={value!r} names {device}, which does not exist: this machine has {count} "
             f"{device.type} device(s) ({existing}); pass one of them or 'cpu'"
         )
     return device
 
 
-def as_devices(values: Sequence[DeviceLike], arg: str) -> list[torch.device]:
+def resolve_devices(values: Sequence[DeviceLike], arg_name: str) -> list[torch.device]:
     """Normalise a list of devices; empty lists are the caller's to reject."""
     if isinstance(values, (str, int, torch.device)):
-        raise TypeError(f"{arg} must be a list of devices, got {values!r}; wrap it: [{values!r}]")
-    return [as_device(v, f"{arg}[{i}]") for i, v in enumerate(values)]
+        raise TypeError(f"{arg_name} must be a list of devices, got {values!r}; wrap it: [{values!r}]")
+    return [resolve_device(v, f"{arg_name}[{i}]") for i, v in enumerate(values)]
 
 
-def _parse(value: Any, arg: str) -> torch.device:
+def _parse(value: Any, arg_name: str) -> torch.device:
     if isinstance(value, torch.device):
         return value
     if isinstance(value, str):
         try:
             return torch.device(value)
         except RuntimeError as err:
-            raise ValueError(f"{arg}={value!r} is not a device name ({err}); use e.g. 'cpu' or 'cuda:0'") from None
+            raise ValueError(f"{arg_name}={value!r} is not a device name ({err}); use e.g. 'cpu' or 'cuda:0'") from None
     if isinstance(value, int) and not isinstance(value, bool):
         if value == -1:
             return _CPU
         device_type = accelerator_type()
         if device_type is None:
             raise ValueError(
-                f"{arg}={value!r} is an accelerator index, but this machine has no accelerator; "
+                f"{arg_name}={value!r} is an accelerator index, but this machine has no accelerator; "
                 "pass 'cpu' (repeat it, e.g. ['cpu', 'cpu'], for several CPU replicas)"
             )
         if value < 0:
-            raise ValueError(f"{arg}={value!r} is negative; use an index in 0..{torch.accelerator.device_count() - 1}")
+            last = torch.accelerator.device_count() - 1
+            raise ValueError(f"{arg_name}={value!r} is negative; use an index in 0..{last}")
         return torch.device(device_type, value)
-    raise TypeError(f"{arg}={value!r} is not a device; pass an int, a str such as 'cuda:1', or a torch.device")
+    raise TypeError(f"{arg_name}={value!r} is not a device; pass an int, a str such as 'cuda:1', or a torch.device")
 
 
 def _current_index(device_type: str) -> int:

@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
-from dp_torch._devices import DeviceLike, as_device, as_devices, default_device_ids
+from dp_torch._devices import DeviceLike, default_device_ids, resolve_device, resolve_devices
 from dp_torch.parallel_apply import parallel_apply
 from dp_torch.replicate import replicate
 from dp_torch.scatter_gather import gather, scatter_kwargs
@@ -51,7 +51,9 @@ class DataParallel(nn.Module, Generic[ModuleT]):
         torch._C._log_api_usage_once("dp_torch.DataParallel")
         self.module = module
         self.device_ids = _resolve_device_ids(device_ids, "DataParallel")
-        self.output_device = self.device_ids[0] if output_device is None else as_device(output_device, "output_device")
+        self.output_device = (
+            self.device_ids[0] if output_device is None else resolve_device(output_device, "output_device")
+        )
         self.dim = dim
         self.src_device_obj = self.device_ids[0]
         _warn_if_unbalanced(self.device_ids)
@@ -102,7 +104,7 @@ def data_parallel(
     if not isinstance(inputs, tuple):
         inputs = () if inputs is None else (inputs,)
     device_ids = _resolve_device_ids(device_ids, "data_parallel")
-    output_device = device_ids[0] if output_device is None else as_device(output_device, "output_device")
+    output_device = device_ids[0] if output_device is None else resolve_device(output_device, "output_device")
     _check_module_device(module, device_ids[0])
     inputs, module_kwargs = scatter_kwargs(inputs, module_kwargs, device_ids, dim)
     if not inputs and not module_kwargs:
@@ -115,12 +117,12 @@ def data_parallel(
     return gather(outputs, output_device, dim)
 
 
-def _resolve_device_ids(device_ids: Sequence[DeviceLike] | None, fn: str) -> list[torch.device]:
+def _resolve_device_ids(device_ids: Sequence[DeviceLike] | None, who: str) -> list[torch.device]:
     if device_ids is None:
         return default_device_ids()
-    devices = as_devices(device_ids, "device_ids")
+    devices = resolve_devices(device_ids, "device_ids")
     if not devices:
-        raise ValueError(f"{fn}: device_ids is empty; pass at least one device, e.g. ['cuda:0'] or ['cpu']")
+        raise ValueError(f"{who}: device_ids is empty; pass at least one device, e.g. ['cuda:0'] or ['cpu']")
     return devices
 
 

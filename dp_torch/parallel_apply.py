@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch._utils import ExceptionWrapper
 
-from dp_torch._devices import DeviceLike, as_device, current_stream, device_context
+from dp_torch._devices import DeviceLike, current_stream, device_context, resolve_device
 
 __all__ = ["parallel_apply", "LengthMismatchError"]
 
@@ -31,7 +31,7 @@ class _ThreadState:
     autocast_cache: bool
 
     @classmethod
-    def capture(cls, device_type: str) -> "_ThreadState":
+    def capture(cls, device_type: str) -> _ThreadState:
         dtype = torch.get_autocast_dtype(device_type) if _autocast_enabled(device_type) else None
         return cls(
             torch.is_grad_enabled(), torch.is_inference_mode_enabled(), dtype, torch.is_autocast_cache_enabled()
@@ -75,7 +75,7 @@ def parallel_apply(
         kwargs_tup = ({},) * len(modules)
     if devices is None:
         devices = [None] * len(modules)
-    devices = [_resolve_device(i, m, x, d) for i, (m, x, d) in enumerate(zip(modules, inputs, devices))]
+    devices = [_replica_device(i, m, x, d) for i, (m, x, d) in enumerate(zip(modules, inputs, devices))]
     streams = [current_stream(d) for d in devices]
     states = [_ThreadState.capture(d.type) for d in devices]
     results: list[Any] = [None] * len(modules)
@@ -117,9 +117,9 @@ def _check_lengths(
             )
 
 
-def _resolve_device(i: int, module: nn.Module, replica_input: Any, device: DeviceLike | None) -> torch.device:
+def _replica_device(i: int, module: nn.Module, replica_input: Any, device: DeviceLike | None) -> torch.device:
     if device is not None:
-        return as_device(device, f"parallel_apply: devices[{i}]")
+        return resolve_device(device, f"parallel_apply: devices[{i}]")
     tensor = _first_tensor_of_module(module)
     if tensor is None:
         tensor = _first_tensor(replica_input)

@@ -9,7 +9,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from dp_torch._devices import DeviceLike, as_devices
+from dp_torch._devices import DeviceLike, resolve_devices
 from dp_torch._functions import Broadcast, broadcast
 
 __all__ = ["replicate"]
@@ -26,7 +26,7 @@ def replicate(module: ModuleT, devices: Sequence[DeviceLike], detach: bool = Fal
     Replicas report no ``parameters()`` (like PyTorch's); attributes that are not parameters,
     buffers or children are shared by reference.
     """
-    devices = as_devices(devices, "replicate: devices")
+    devices = resolve_devices(devices, "replicate: devices")
     if not devices:
         return []
     _check_on_first_device(module, devices[0])

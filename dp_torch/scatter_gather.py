@@ -7,14 +7,14 @@ from typing import Any
 
 import torch
 
-from dp_torch._checks import (
+from dp_torch._batch import (
     check_concatenable,
     check_same_container,
     check_splittable,
     is_namedtuple,
     tensor_leaves,
 )
-from dp_torch._devices import DeviceLike, accelerator_type, as_device, as_devices
+from dp_torch._devices import DeviceLike, accelerator_type, resolve_device, resolve_devices
 from dp_torch._functions import Gather, Scatter
 
 __all__ = ["scatter", "scatter_kwargs", "gather"]
@@ -74,10 +74,10 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike | None, dim: int = 
     return _gather(list(outputs), _gather_target(target_device), dim, "out")
 
 
-def _target_devices(target_devices: Sequence[DeviceLike], fn: str) -> list[torch.device]:
-    devices = as_devices(target_devices, f"{fn}: target_devices")
+def _target_devices(target_devices: Sequence[DeviceLike], who: str) -> list[torch.device]:
+    devices = resolve_devices(target_devices, f"{who}: target_devices")
     if not devices:
-        raise ValueError(f"{fn}: target_devices is empty; pass at least one device, e.g. ['cpu']")
+        raise ValueError(f"{who}: target_devices is empty; pass at least one device, e.g. ['cpu']")
     return devices
 
 
@@ -99,10 +99,10 @@ def _scatter(obj: Any, devices: list[torch.device], dim: int) -> Any:
 def _gather_target(target_device: DeviceLike | None) -> torch.device:
     if target_device is None:
         device_type = accelerator_type()
-        return torch.device("cpu") if device_type is None else as_device(device_type, "target_device")
+        return torch.device("cpu") if device_type is None else resolve_device(device_type, "target_device")
     if isinstance(target_device, int) and not isinstance(target_device, bool) and target_device == -1:
         warnings.warn(CPU_AS_MINUS_ONE_WARNING, FutureWarning, stacklevel=3)
-    return as_device(target_device, "gather: target_device")
+    return resolve_device(target_device, "gather: target_device")
 
 
 def _gather(outputs: list[Any], target: torch.device, dim: int, path: str) -> Any:

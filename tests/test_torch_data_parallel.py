@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _helpers_torch import ScaledByBuffer, TiedLM, assert_same_grads, cpus, mlp, twin
 from torch import nn
 
 import dp_torch
-from _helpers_torch import ScaledByBuffer, TiedLM, assert_same_grads, cpus, mlp, twin
 
 
 @pytest.mark.parametrize(("seed", "batch", "n_devices"), [(0, 8, 2), (1, 5, 4), (2, 13, 3), (3, 1, 3)])

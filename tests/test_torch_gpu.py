@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _helpers_torch import assert_same_grads, mlp, twin
 from torch import nn
 
 import dp_torch
-from _helpers_torch import assert_same_grads, mlp, twin
 
 pytestmark = [
     pytest.mark.gpu,

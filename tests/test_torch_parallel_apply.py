@@ -5,10 +5,10 @@ import threading
 
 import pytest
 import torch
+from _helpers_torch import cpus, mlp
 from torch import nn
 
 import dp_torch
-from _helpers_torch import cpus, mlp
 
 
 class Probe(nn.Module):

@@ -1,14 +1,12 @@
 """dp_torch.replicate: aliasing of replica 0, real copies elsewhere, module tree wiring, gradient flow."""
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
+from _helpers_torch import ScaledByBuffer, TiedLM, cpus, mlp
 from torch import nn
 
 import dp_torch
-from _helpers_torch import ScaledByBuffer, TiedLM, cpus, mlp
 
 
 def _storage(t: torch.Tensor) -> int:

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import warnings
 from typing import NamedTuple
 
 import pytest
 import torch
+from _helpers_torch import cpus
 
 import dp_torch
-from _helpers_torch import cpus
 
 Pair = collections.namedtuple("Pair", ["left", "right"])
 
@@ -174,7 +173,7 @@ def test_gather_of_scalars_along_dim_0_warns_and_returns_one_entry_per_replica()
         out = dp_torch.gather(losses, "cpu")
     assert out.shape == (3,)
     out.sum().backward()
-    assert [l.grad.shape for l in losses] == [torch.Size([])] * 3
+    assert [loss.grad.shape for loss in losses] == [torch.Size([])] * 3
 
 
 def test_gather_structures_follow_replica_0():

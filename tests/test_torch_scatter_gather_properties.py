@@ -4,11 +4,11 @@ from __future__ import annotations
 import collections
 
 import torch
+from _helpers_torch import cpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dp_torch
-from _helpers_torch import cpus
 
 Point = collections.namedtuple("Point", ["a", "b"])
 SHARED = "shared-leaf"

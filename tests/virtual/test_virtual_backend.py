@@ -5,10 +5,10 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
+from _helpers_virtual import assert_close_to_cpu, on_device, vdev
 from torch import nn
 
 from dp_torch import virtual
-from _helpers_virtual import assert_close_to_cpu, on_device, vdev
 
 SAME_DEVICE = "Expected all tensors to be on the same device, but found at least two devices"
 SEEDS = [0, 1, 2]
@@ -335,11 +335,12 @@ def test_install_rejects_bad_arguments_naming_them(n, name, message):
 
 def test_missing_experimental_torch_api_gives_a_clear_error(monkeypatch):
     import torch.utils.backend_registration as registration
-    from dp_torch import _virtual_setup
+
+    from dp_torch.virtual import setup
 
     monkeypatch.delattr(registration, "_setup_privateuseone_for_python_backend")
     missing = "torch.utils.backend_registration._setup_privateuseone_for_python_backend"
-    assert _virtual_setup.missing_torch_apis() == [missing]
+    assert setup.missing_torch_apis() == [missing]
     with pytest.raises(RuntimeError, match=f"lacks the experimental APIs {missing}"):
         virtual._check_torch_support()
 

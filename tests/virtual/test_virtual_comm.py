@@ -3,13 +3,13 @@ import warnings
 
 import pytest
 import torch
+from _helpers_virtual import assert_close_to_cpu, on_device, vdev
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 from torch.nn.parallel import comm
 
 from dp_torch import virtual
-from _helpers_virtual import assert_close_to_cpu, on_device, vdev
 
 STAND_INS = ["_broadcast", "_broadcast_coalesced", "_scatter", "_gather"]
 

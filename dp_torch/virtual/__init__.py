@@ -1,17 +1,21 @@
 """N distinct torch devices on a CPU (`vdev:0` … `vdev:N-1`), for placement tests and demos.
 
 `install(n)` renames PyTorch's PrivateUse1 backend to `vdev` and backs it with CPU tensors in
-storage-less wrappers (see `_virtual_tensor.py`). Devices are real `torch.device`s: a missed
-`.to()` raises PyTorch's same-device error, exactly where it would on CUDA. Numbers come from
-the CPU kernels. Process-global and first-wins: install once per process (an earlier CPU
-backward is fine). See docs/virtual_devices.md for what is and is not emulated.
+storage-less wrappers. Devices are real `torch.device`s: a missed `.to()` raises PyTorch's
+same-device error, exactly where it would on CUDA. Numbers come from the CPU kernels.
+Process-global and first-wins: install once per process (an earlier CPU backward is fine).
+See docs/virtual_devices.md for what is and is not emulated.
+
+Modules: `tensor` (the wrapper and its dispatch), `setup` (registration with torch),
+`comm` (stand-ins so stock `torch.nn.parallel` runs here), `kernels` (CPU versions of
+accelerator-only ops).
 """
 from __future__ import annotations
 
 import torch
 
-from dp_torch import _virtual_tensor as _vt
-from dp_torch._virtual_comm import stock_comm
+from dp_torch.virtual import tensor as _vt
+from dp_torch.virtual.comm import stock_comm
 
 __all__ = ["install", "is_installed", "devices", "cpu_view", "shares_memory", "stock_comm"]
 
@@ -102,7 +106,7 @@ def _check_name_is_free(name: str) -> None:
 
 
 def _check_torch_support() -> None:
-    from dp_torch._virtual_setup import missing_torch_apis
+    from dp_torch.virtual.setup import missing_torch_apis
 
     missing = missing_torch_apis()
     if missing:
@@ -114,7 +118,7 @@ def _check_torch_support() -> None:
 
 def _register(n: int, name: str) -> None:
     global _installed
-    from dp_torch._virtual_setup import register_backend
+    from dp_torch.virtual.setup import register_backend
 
     _vt.set_backend_name(name)
     _libraries.extend(register_backend(n, name))

@@ -19,7 +19,7 @@ from torch._utils import (
     _unflatten_dense_tensors,
 )
 
-from dp_torch import _virtual_tensor as _vt
+from dp_torch.virtual import tensor as _vt
 
 
 def _device(index: int) -> torch.device:

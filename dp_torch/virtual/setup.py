@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from dp_torch import _virtual_tensor as _vt
+from dp_torch.virtual import tensor as _vt
 
 _REQUIRED_APIS = (
     "torch.utils.backend_registration._setup_privateuseone_for_python_backend",

@@ -2,13 +2,13 @@
 
 `VTensor` reports `device=vdev:i`; its data is an ordinary CPU tensor in `._data`. Every aten op
 on it reaches `__torch_dispatch__`, which checks devices like CUDA does, runs the op on the CPU
-data and wraps the results on the op's device. Only `virtual.py` uses this module.
+data and wraps the results on the op's device. Only the `dp_torch.virtual` package uses this module.
 """
 from __future__ import annotations
 
 import torch
 
-from dp_torch._virtual_kernels import CPU_KERNELS
+from dp_torch.virtual.kernels import CPU_KERNELS
 
 aten = torch.ops.aten
 

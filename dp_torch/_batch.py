@@ -31,23 +31,23 @@ def tensor_leaves(obj: Any, path: str) -> Iterator[tuple[str, torch.Tensor]]:
             yield from tensor_leaves(value, f"{path}[{key!r}]")
 
 
-def check_splittable(leaves: Sequence[tuple[str, torch.Tensor]], dim: int, fn: str) -> None:
+def check_splittable(leaves: Sequence[tuple[str, torch.Tensor]], dim: int, who: str) -> None:
     """Every leaf must have ``dim`` and the same size along it (PyTorch would silently truncate)."""
     first_path, first_size = None, None
     for path, tensor in leaves:
         if tensor.dim() == 0:
             raise RuntimeError(
-                f"{fn}: leaf {path} is a 0-dim tensor, which cannot be split along dim {dim}; "
+                f"{who}: leaf {path} is a 0-dim tensor, which cannot be split along dim {dim}; "
                 f"give it a batch dimension (e.g. {path}.expand(batch)) or pass a Python number instead"
             )
         if not -tensor.dim() <= dim < tensor.dim():
-            raise IndexError(f"{fn}: dim={dim} is out of range for leaf {path} of shape {tuple(tensor.shape)}")
+            raise IndexError(f"{who}: dim={dim} is out of range for leaf {path} of shape {tuple(tensor.shape)}")
         size = tensor.size(dim)
         if first_path is None:
             first_path, first_size = path, size
         elif size != first_size:
             raise ValueError(
-                f"{fn}: leaf {path} has batch {size} but {first_path} has {first_size}; "
+                f"{who}: leaf {path} has batch {size} but {first_path} has {first_size}; "
                 f"all tensors split along dim {dim} must have the same size"
             )
 
