@@ -7,6 +7,7 @@ import pytest
 import torch
 from _helpers_torch import cpus, mlp
 from torch import nn
+from torch_oracle import stock  # noqa: F401  (fixture)
 
 import dp_torch
 
@@ -25,6 +26,7 @@ class Probe(nn.Module):
                 "grad": torch.is_grad_enabled(),
                 "autocast": torch.is_autocast_enabled("cpu"),
                 "dtype": torch.get_autocast_dtype("cpu"),
+                "cache": torch.is_autocast_cache_enabled(),
                 "args": args,
                 "kwargs": kwargs,
             }
@@ -80,6 +82,25 @@ def test_autocast_enabled_flag_and_dtype_reach_the_worker_threads(dtype):
     with torch.autocast("cpu", dtype=dtype):
         dp_torch.parallel_apply(probes, [torch.ones(1)] * 2, devices=cpus(2))
     assert [(p.seen[0]["autocast"], p.seen[0]["dtype"]) for p in probes] == [(True, dtype)] * 2
+
+
+@pytest.mark.parametrize("cache_enabled", [False, True])
+def test_autocast_cache_flag_reaches_the_worker_threads(cache_enabled):
+    probes = [Probe(), Probe(), Probe()]
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=cache_enabled):
+        dp_torch.parallel_apply(probes, [torch.ones(1)] * 3, devices=cpus(3))
+    assert [p.seen[0]["cache"] for p in probes] == [cache_enabled] * 3
+    assert all(p.seen[0]["thread"] != threading.get_ident() for p in probes)
+
+
+def test_autocast_cache_flag_is_reset_in_stock_workers_and_kept_by_dp_torch(stock):
+    # Divergence 12 in docs/divergences.md: stock re-enters autocast with only the enabled flag.
+    ours, theirs = [Probe(), Probe()], [Probe(), Probe()]
+    with torch.autocast("cpu", cache_enabled=False):
+        dp_torch.parallel_apply(ours, [torch.ones(1)] * 2, devices=cpus(2))
+        stock.parallel_apply(theirs, [torch.ones(1)] * 2, None, stock.devices(2))
+    assert [p.seen[0]["cache"] for p in theirs] == [True, True]
+    assert [p.seen[0]["cache"] for p in ours] == [False, False]
 
 
 def test_autocast_bf16_matmuls_in_threads_produce_bf16():

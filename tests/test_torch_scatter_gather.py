@@ -8,6 +8,7 @@ from typing import NamedTuple
 import pytest
 import torch
 from _helpers_torch import cpus
+from torch_oracle import stock  # noqa: F401  (fixture)
 
 import dp_torch
 
@@ -155,6 +156,40 @@ def test_gather_concatenates_on_the_target_device_and_backward_splits():
     (out * weights).sum().backward()
     for p, w in zip(parts, weights.split([3, 3, 1])):
         torch.testing.assert_close(p.grad, w)
+
+
+UNEVEN_PIECES = [(1, 3), (3, 1), (1, 1, 4), (5, 2, 1), (2, 0, 3), (1, 6)]  # none are torch.chunk's sizes
+
+
+def _pieces(sizes: tuple[int, ...], dim: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(sum(s * 10**i for i, s in enumerate(sizes)) + dim)
+    shapes = [(n, 3) if dim == 0 else (2, n) for n in sizes]
+    return [torch.randn(shape, generator=generator).requires_grad_() for shape in shapes]
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("sizes", UNEVEN_PIECES, ids=str)
+def test_gather_backward_gives_each_uneven_piece_its_own_rows(sizes, dim):
+    pieces = _pieces(sizes, dim)
+    reference = [p.detach().clone().requires_grad_() for p in pieces]
+    out = dp_torch.gather(pieces, "cpu", dim=dim)
+    expected = torch.cat(reference, dim)
+    weights = torch.randn(expected.shape, generator=torch.Generator().manual_seed(len(sizes)))
+    (out * weights).pow(2).sum().backward()
+    (expected * weights).pow(2).sum().backward()
+    for piece, single_device in zip(pieces, reference):
+        assert piece.grad.shape == piece.shape
+        torch.testing.assert_close(piece.grad, single_device.grad)
+
+
+@pytest.mark.parametrize("sizes", UNEVEN_PIECES[:4], ids=str)
+def test_gather_backward_of_uneven_pieces_matches_stock(sizes, stock):
+    ours, theirs = _pieces(sizes, 0), _pieces(sizes, 0)
+    weights = torch.randn(sum(sizes), 3)
+    (dp_torch.gather(ours, "cpu") * weights).sum().backward()
+    (stock.gather(theirs, 0) * weights).sum().backward()
+    for mine, stocks in zip(ours, theirs):
+        torch.testing.assert_close(mine.grad, stocks.grad)
 
 
 @pytest.mark.parametrize("target", ["cpu", torch.device("cpu"), None])
