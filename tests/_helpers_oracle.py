@@ -1,4 +1,4 @@
-"""Models and recorders shared by the oracle tests (stock torch.nn.parallel vs dp_torch on CPU)."""
+"""Recorders shared by the oracle tests (stock torch.nn.parallel vs dp_torch on CPU)."""
 from __future__ import annotations
 
 import copy
@@ -12,94 +12,6 @@ from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 Pair = namedtuple("Pair", ["first", "second"])
-
-
-# --- models ---------------------------------------------------------------------------------
-
-class MLP(nn.Module):
-    """Linear over the last dim: works for batch on dim 0 or dim 1."""
-
-    def __init__(self, features: int = 6, hidden: int = 10, out: int = 3) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(features, hidden), nn.Tanh(), nn.Linear(hidden, out))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-class ConvBN(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.bn = nn.BatchNorm2d(4)
-        self.head = nn.Linear(4, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
-
-
-class LSTMNet(nn.Module):
-    """nn.LSTM inside a module; batch_first=True takes (B,T,F), False takes (T,B,F) (dim 1)."""
-
-    def __init__(self, batch_first: bool = True) -> None:
-        super().__init__()
-        self.lstm = nn.LSTM(5, 7, batch_first=batch_first)
-        self.head = nn.Linear(7, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out, _ = self.lstm(x)
-        return self.head(out)
-
-
-class Tied(nn.Module):
-    """Encoder and decoder share one weight (the same Parameter under two names)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.encode = nn.Linear(6, 6)
-        self.decode = nn.Linear(6, 6)
-        self.decode.weight = self.encode.weight
-        self.shared = self.encode  # one child under two names
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.decode(torch.tanh(self.shared(x))) + self.encode.weight.sum()
-
-
-class BufferWithGrad(nn.Module):
-    """A buffer that requires grad: replicas get it through autograd and it receives summed grads."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(6, 3)
-        self.register_buffer("scale", torch.linspace(0.5, 1.5, 3).requires_grad_())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin(x) * self.scale
-
-
-MODELS: dict[str, Callable[[], nn.Module]] = {
-    "mlp": MLP,
-    "conv_bn": ConvBN,
-    "lstm": LSTMNet,
-    "tied": Tied,
-    "buffer_rg": BufferWithGrad,
-}
-
-
-def model_input(name: str, batch: int, generator: torch.Generator, dim: int = 0) -> torch.Tensor:
-    """A random input for MODELS[name] with the batch along ``dim``."""
-    shapes = {"mlp": (batch, 6), "conv_bn": (batch, 3, 5, 5), "lstm": (batch, 4, 5),
-              "tied": (batch, 6), "buffer_rg": (batch, 6)}
-    shape = list(shapes[name])
-    if dim == 1:  # (T, B, F) or (extra, B, F): the batch moves to dim 1
-        shape = [3, batch] + shape[2:] if name == "lstm" else [2, batch] + shape[1:]
-    return torch.randn(*shape, generator=generator)
-
-
-def make_model(name: str, seed: int, dim: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    model = LSTMNet(batch_first=False) if (name == "lstm" and dim == 1) else MODELS[name]()
-    return model.train()
 
 
 # --- recording one run ----------------------------------------------------------------------
@@ -143,9 +55,27 @@ def record(call: Callable[[], Any], module: nn.Module, backward: bool = True) ->
     return run
 
 
-def assert_same_run(stock: Run, ours: Run, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """Both runs agree: error type, warnings, output structure/values, grads and state."""
-    assert type(ours.error) is type(stock.error), (stock.error, ours.error)
+def assert_same_run(stock: Run, ours: Run, rtol: float = 1e-5, atol: float = 1e-6,
+                    expect_error: type[Exception] | None = None) -> None:
+    """Both runs agree: warnings, output structure/values, grads and state.
+
+    Neither may raise unless ``expect_error`` names the type both must raise (sharing a wrong
+    error is no agreement).
+    """
+    if expect_error is None:
+        assert stock.error is None and ours.error is None, (
+            f"unexpected error: stock raised {_summary(stock.error)}, dp_torch raised {_summary(ours.error)}")
+    else:
+        assert type(stock.error) is expect_error, f"stock raised {_summary(stock.error)}, expected {expect_error}"
+        assert type(ours.error) is expect_error, f"dp_torch raised {_summary(ours.error)}, expected {expect_error}"
+
+
+def _summary(error: BaseException | None) -> str:
+    """The error's type and the last line of its message (a replica's error ends with its cause)."""
+    if error is None:
+        return "nothing"
+    last_line = (str(error).strip().splitlines() or [""])[-1]
+    return f"{type(error).__name__} ({last_line})"
     assert ours.warnings == stock.warnings
     assert_same_tree(stock.output, ours.output, rtol, atol)
     assert ours.grads.keys() == stock.grads.keys()

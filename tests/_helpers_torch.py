@@ -1,10 +1,12 @@
-"""Shared models and helpers for the dp_torch tests (N replicas on the CPU)."""
+"""Shared helpers for the dp_torch tests (N replicas on the CPU); the models are in _zoo_torch."""
 from __future__ import annotations
 
 import copy
 
 import torch
 from torch import nn
+
+from _zoo_torch import BufferWithGrad, TiedLM  # noqa: F401  (TiedLM: re-exported for the tests)
 
 
 def cpus(n: int) -> list[str]:
@@ -34,26 +36,6 @@ def assert_same_grads(actual: nn.Module, expected: nn.Module, atol: float = 1e-5
             torch.testing.assert_close(a.grad, e.grad, atol=atol, rtol=1e-4, msg=name)
 
 
-class TiedLM(nn.Module):
-    """Embedding and output projection share one weight."""
-
-    def __init__(self, vocab: int = 7, width: int = 4) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, width)
-        self.head = nn.Linear(width, vocab, bias=False)
-        self.head.weight = self.embed.weight
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.head(self.embed(tokens))
-
-
-class ScaledByBuffer(nn.Module):
-    """Output = linear(x) * scale, where scale is a buffer that requires grad."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(3, 2)
-        self.register_buffer("scale", torch.tensor([1.5, -0.5], requires_grad=True))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(x) * self.scale
+def ScaledByBuffer() -> nn.Module:  # noqa: N802 - reads as the model class it builds
+    """Output = linear(x) * scale, where scale is a buffer that requires grad (3 -> 2 features)."""
+    return BufferWithGrad(features=3, out=2)

@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 import dp_torch
-from _helpers_oracle import MODELS, Pair, aliasing, aliasing_table, assert_same_tree, make_model, model_input
+from _helpers_oracle import Pair, aliasing, aliasing_table, assert_same_tree
+from _zoo_torch import MODELS, make_model, model_input
 from torch_oracle import stock  # noqa: F401  (pytest fixture)
 
 

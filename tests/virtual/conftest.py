@@ -5,11 +5,15 @@ CPU pin_memory fails, backward runs on the calling thread), so it must not happe
 run. This folder therefore collects nothing unless the command line names it (or a path in it),
 and then installs vdev:0..3 during collection, before any test runs.
 """
+import sys
 from pathlib import Path
 
 from dp_torch import virtual
 
 HERE = Path(__file__).resolve().parent
+# tests/ holds the model zoo and the case table these tests share with the CPU-oracle tests
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
 
 
 def _named_on_command_line(config) -> bool:

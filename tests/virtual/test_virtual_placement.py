@@ -5,20 +5,17 @@ from torch import nn
 
 import dp_torch
 from dp_torch import virtual
-from _helpers_virtual import (BufferWithGrad, ConvBN, SeqLSTM, TiedWeights, TwoLayer, misplaced,
-                              on_device, replica_tensors, tensors_of, vdev)
+from _helpers_virtual import misplaced, on_device, replica_tensors, tensors_of, vdev
+from _zoo_torch import MLP, MODELS, Tied, make_model
 
 SAME_DEVICE = "Expected all tensors to be on the same device, but found at least two devices"
-MODELS = {"two_layer": TwoLayer, "conv_bn": ConvBN, "lstm": SeqLSTM, "tied": TiedWeights,
-          "buffer_with_grad": BufferWithGrad}
 
 
 @pytest.mark.parametrize("detach", [False, True])
 @pytest.mark.parametrize("n", [1, 2, 4])
 @pytest.mark.parametrize("model", MODELS)
 def test_replica_i_holds_every_parameter_and_buffer_on_vdev_i(model, n, detach):
-    torch.manual_seed(n)
-    original = on_device(MODELS[model](), vdev(0))
+    original = on_device(make_model(model, seed=n), vdev(0))
     devices = virtual.devices()[:n]
     replicas = dp_torch.replicate(original, devices, detach=detach)
     assert len(replicas) == n
@@ -32,7 +29,7 @@ def test_replica_i_holds_every_parameter_and_buffer_on_vdev_i(model, n, detach):
 
 
 def test_replica_0_aliases_the_original_and_the_others_are_separate_copies():
-    original = on_device(TwoLayer(), vdev(0))
+    original = on_device(MLP(), vdev(0))
     replicas = dp_torch.replicate(original, virtual.devices()[:3])
     weights = [r.fc1.weight for r in replicas]
     assert virtual.shares_memory(weights[0], original.fc1.weight)
@@ -41,7 +38,7 @@ def test_replica_0_aliases_the_original_and_the_others_are_separate_copies():
 
 
 def test_tied_weights_stay_tied_within_each_replica():
-    original = on_device(TiedWeights(), vdev(0))
+    original = on_device(Tied(), vdev(0))
     for replica in dp_torch.replicate(original, virtual.devices()):
         assert replica.encode.weight is replica.decode.weight
 
@@ -84,9 +81,9 @@ def test_parallel_apply_surfaces_a_missed_to_as_the_same_device_error():
 
 def test_data_parallel_outputs_on_output_device_and_grads_on_device_0():
     torch.manual_seed(9)
-    model = on_device(TwoLayer(), vdev(0))
+    model = on_device(MLP(), vdev(0))
     dp = dp_torch.DataParallel(model, device_ids=virtual.devices()[:3], output_device=vdev(2))
-    out = dp(torch.randn(7, 5))
+    out = dp(torch.randn(7, 6))
     assert out.device == vdev(2)
     out.sum().backward()
     assert {p.grad.device for p in model.parameters()} == {vdev(0)}
@@ -104,7 +101,7 @@ def _replicate_sharing_fc2(module, devices, detach=False):
 @pytest.mark.parametrize("n", [2, 3])
 def test_planted_shared_submodule_passes_on_cpu_devices_but_fails_on_vdevs(n):
     cpu_devices = [torch.device("cpu")] * n
-    cpu_model = TwoLayer()
+    cpu_model = MLP()
     assert misplaced(cpu_model, _replicate_sharing_fc2(cpu_model, cpu_devices), cpu_devices) == []
 
     v_model = on_device(cpu_model, vdev(0))
@@ -119,9 +116,9 @@ def test_planted_bug_crashes_a_vdev_forward_where_cpu_runs_silently():
         def replicate(self, module, device_ids):
             return _replicate_sharing_fc2(module, device_ids, not torch.is_grad_enabled())
 
-    x = torch.randn(6, 5)
-    cpu_out = BrokenDataParallel(TwoLayer(), device_ids=["cpu"] * 2)(x)
+    x = torch.randn(6, 6)
+    cpu_out = BrokenDataParallel(MLP(), device_ids=["cpu"] * 2)(x)
     assert cpu_out.shape == (6, 3)  # the bug is invisible here
-    v_dp = BrokenDataParallel(on_device(TwoLayer(), vdev(0)), device_ids=virtual.devices()[:2])
+    v_dp = BrokenDataParallel(on_device(MLP(), vdev(0)), device_ids=virtual.devices()[:2])
     with pytest.raises(RuntimeError, match=f"(?s)in replica 1 .*{SAME_DEVICE}, vdev:0 and vdev:1!"):
         v_dp(x)

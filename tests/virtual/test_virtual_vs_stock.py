@@ -1,11 +1,10 @@
 """dp_torch vs STOCK torch.nn.DataParallel, both on virtual devices (stock via stock_comm).
 
 Same model, same batch: outputs, gradients, buffer updates (BatchNorm stats from chunk 0) and
-per-replica placement must agree. A representative subset runs by default; the whole matrix
-is marked slow.
+per-replica placement must agree. The cases are tests/_cases_torch.py's, the same as the CPU-oracle
+matrix's: a representative subset runs by default; the whole matrix is marked slow.
 """
 import contextlib
-import itertools
 from dataclasses import dataclass
 
 import pytest
@@ -14,26 +13,9 @@ from torch import nn
 
 import dp_torch
 from dp_torch import virtual
-from _helpers_virtual import (BufferWithGrad, ConvBN, SeqLSTM, TiedWeights, TwoLayer, on_device,
-                              replica_tensors, tensors_of)
-
-# model -> (factory, input maker (batch, dim) -> tensor, batch dims worth testing)
-MODELS = {
-    "mlp": (TwoLayer, lambda b, dim: torch.randn(b, 5) if dim == 0 else torch.randn(2, b, 5), (0, 1)),
-    "conv_bn": (ConvBN, lambda b, dim: torch.randn(b, 3, 6, 6), (0,)),
-    "lstm": (SeqLSTM, lambda b, dim: torch.randn(4, b, 5), (1,)),
-    "tied": (TiedWeights, lambda b, dim: torch.randn(b, 5), (0,)),
-    "buffer_with_grad": (BufferWithGrad, lambda b, dim: torch.randn(b, 5), (0,)),
-}
-BATCHES, REPLICAS = (1, 3, 5, 8, 13), (1, 2, 3, 4)
-DEFAULT_CASES = [  # (model, batch, replicas, dim, grad): every model, batch, count and dim once
-    ("mlp", 8, 4, 0, True), ("mlp", 13, 3, 1, True), ("mlp", 5, 1, 0, False),
-    ("conv_bn", 5, 4, 0, True), ("conv_bn", 3, 2, 0, False), ("lstm", 5, 2, 1, True),
-    ("tied", 1, 4, 0, True), ("tied", 13, 4, 0, False), ("buffer_with_grad", 8, 3, 0, True),
-]
-ALL_CASES = [(m, b, n, d, g) for m, (_, _, dims) in MODELS.items()
-             for b, n, d, g in itertools.product(BATCHES, REPLICAS, dims, (True, False))]
-SLOW_CASES = [c for c in ALL_CASES if c not in DEFAULT_CASES]
+from _cases_torch import DEFAULT_CASES, SLOW_CASES, Case
+from _helpers_virtual import on_device, replica_tensors, tensors_of
+from _zoo_torch import ConvBN, make_model, model_input
 
 
 class StockDataParallel(nn.DataParallel):
@@ -79,11 +61,17 @@ def _assert_same_on_same_device(ours, stock, what, **tol):
     torch.testing.assert_close(ours.cpu(), stock.cpu(), msg=lambda m: f"{what}: {m}", **tol)
 
 
-def check_against_stock(model, batch, n, dim, grad):
-    make, make_input, _ = MODELS[model]
-    torch.manual_seed(1000 * n + batch)
-    base, x = make(), make_input(batch, dim)
+def check_against_stock(case: Case):
+    model, batch, n, dim, grad = case.model, case.batch, case.replicas, case.dim, case.grad
+    seed = 1000 * n + batch
+    base, x = make_model(model, seed, dim), model_input(model, batch, torch.Generator().manual_seed(seed), dim)
     vdevs = virtual.devices()[:n]
+    if case.error is not None:  # only where the case table says so, and then both must raise it
+        with pytest.raises(case.error):
+            _run(StockDataParallel, list(range(n)), base, x, dim, grad, virtual.stock_comm())
+        with pytest.raises(case.error):
+            _run(OurDataParallel, vdevs, base, x, dim, grad, contextlib.nullcontext())
+        return
     stock = _run(StockDataParallel, list(range(n)), base, x, dim, grad, virtual.stock_comm())
     ours = _run(OurDataParallel, vdevs, base, x, dim, grad, contextlib.nullcontext())
 
@@ -102,23 +90,23 @@ def check_against_stock(model, batch, n, dim, grad):
         assert set(replica.values()) == {vdevs[i]}, f"replica {i}: {replica}"
 
 
-@pytest.mark.parametrize("model, batch, n, dim, grad", DEFAULT_CASES)
-def test_dp_torch_matches_stock_data_parallel(model, batch, n, dim, grad):
-    check_against_stock(model, batch, n, dim, grad)
+@pytest.mark.parametrize("case", DEFAULT_CASES, ids=lambda case: case.id)
+def test_dp_torch_matches_stock_data_parallel(case):
+    check_against_stock(case)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, batch, n, dim, grad", SLOW_CASES)
-def test_dp_torch_matches_stock_data_parallel_full_matrix(model, batch, n, dim, grad):
-    check_against_stock(model, batch, n, dim, grad)
+@pytest.mark.parametrize("case", SLOW_CASES, ids=lambda case: case.id)
+def test_dp_torch_matches_stock_data_parallel_full_matrix(case):
+    check_against_stock(case)
 
 
 def test_batchnorm_stats_come_from_chunk_0_in_both():
     torch.manual_seed(11)
-    base, x = ConvBN(), torch.randn(8, 3, 6, 6)
+    base, x = ConvBN(), torch.randn(8, 3, 5, 5)
     stock = _run(StockDataParallel, [0, 1, 2, 3], base, x, 0, True, virtual.stock_comm())
     reference = on_device(base, "cpu")
     reference(x[:2])  # chunk 0 of 8 on 4 devices
     for name in ("bn.running_mean", "bn.running_var", "bn.num_batches_tracked"):
         torch.testing.assert_close(stock.state[name].cpu(), reference.get_buffer(name))
-    check_against_stock("conv_bn", 8, 4, 0, True)
+    check_against_stock(Case("conv_bn", 8, 4, 0, True))
