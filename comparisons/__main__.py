@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from comparisons.harness import STRATEGIES, TORCH_DEVICES
-from comparisons.report import FORMATS
+from comparisons.render import FORMATS
 
 DEMO = {"pair": "cnn_bn", "batch_size": 10, "devices": 4, "steps": 2}
 
@@ -124,7 +124,7 @@ def _emit(report, fmt: str, out: str | None) -> None:
     """The report as `fmt` on stdout (the table in colour on a terminal), or into the file `out`."""
     from rich.console import Console
 
-    from comparisons.report import print_table
+    from comparisons.render import print_table
 
     if out is not None:
         _write(out, report.render(fmt))

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from comparisons.report import Check
+from comparisons.verdicts import Check
 
 # dtype -> tolerance on max |a - b| and on the relative error of the norm (docs/report_schema.md).
 TOLERANCES = {"float32": 1e-5, "float64": 1e-12}

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from comparisons.placement import PlacementMap, PlacementRecord
-from comparisons.report import Check
+from comparisons.verdicts import Check
 
 _LAYERED_ROLES = ("param", "buffer", "grad")
 

@@ -1,13 +1,13 @@
-"""Walkers behind `placement_of`: find every tensor of a torch or JAX value and describe it.
+"""Walkers behind `placement_of`: find every tensor of a torch or JAX value, its device and its memory.
 
 torch and JAX are imported inside the functions that meet their types, never at module level.
+Nothing here imports the rest of the package; `placement` turns the Leaves into records.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
-
-from comparisons.placement import PlacementRecord
 
 _PREFIXES = {"torch": ("torch",), "jax": ("jax", "jaxlib", "flax")}
 
@@ -47,10 +47,6 @@ def device_label(device: Any) -> str:
     if type(device).__module__.startswith("torch"):
         return str(device)
     raise TypeError(f"placement_of: device {device!r} is not a torch.device, jax.Device or str")
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _per_replica(obj: Any, backend: str, per_replica: bool | None) -> bool:
@@ -132,7 +128,7 @@ def alias_key(value: Any) -> tuple[str, int] | None:
     """Identity of the memory behind a tensor: equal keys mean the two share storage."""
     if _is_from(value, "jax"):
         return ("jax", value.unsafe_buffer_pointer())
-    if value.device.type == "vdev":
+    if value.device.type == virtual_device_type():
         from dp_torch import virtual
 
         value = virtual.cpu_view(value)  # virtual tensors have no storage of their own
@@ -141,31 +137,20 @@ def alias_key(value: Any) -> tuple[str, int] | None:
     return ("torch", value.untyped_storage().data_ptr())
 
 
+def virtual_device_type() -> str | None:
+    """The device type of dp_torch's virtual devices ("vdev" by default), or None if none are installed.
+
+    `virtual.install(name=...)` picks the name; only a process that imported dp_torch.virtual
+    can have installed it, so this never imports it (nor torch).
+    """
+    virtual = sys.modules.get("dp_torch.virtual")
+    if virtual is None or not virtual.is_installed():
+        return None
+    return virtual.devices()[0].type
+
+
 def reference_keys(original: Any, backend: str, role: str | None, name: str
                    ) -> dict[tuple[str, str], tuple[str, int]]:
     """(role, path) -> alias key of every tensor in the original value."""
     return {(leaf.role, leaf.path): alias_key(leaf.value)
             for leaf in items(original, backend, role, name, per_replica=False)}
-
-
-def record(leaf: Leaf, labels: list[str] | None,
-           references: Mapping[tuple[str, str], tuple[str, int]] | None) -> PlacementRecord:
-    """The PlacementRecord of one Leaf; aliasing is judged only when `references` is given."""
-    aliases = None
-    if references is not None and leaf.replica is not None:
-        reference = references.get((leaf.role, leaf.path))
-        aliases = reference is not None and reference == alias_key(leaf.value)
-    return PlacementRecord(
-        replica=leaf.replica, path=leaf.path, role=leaf.role, device=leaf.device,
-        logical_index=_logical_index(leaf, labels), shape=tuple(leaf.value.shape),
-        dtype=_dtype_name(leaf.value.dtype), aliases_original=aliases)
-
-
-def _logical_index(leaf: Leaf, labels: Sequence[str] | None) -> int | None:
-    if not labels:
-        return None
-    # With a repeated device list (["cpu"] * 4) the replica index says which entry is meant.
-    if leaf.replica is not None and leaf.replica < len(labels) \
-            and labels[leaf.replica] == leaf.device:
-        return leaf.replica
-    return labels.index(leaf.device) if leaf.device in labels else None

@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from comparisons import _placement_walk as walk
+
 ROLES = ("param", "buffer", "input", "output", "grad", "state")
 
 
@@ -50,8 +52,8 @@ class PlacementDifference:
     theirs: Any
 
     def __str__(self) -> str:
-        where = f"replica {self.replica}" if self.replica is not None else "original"
-        return f"{where} {self.role} {self.path}: {self.field} {self.mine!r} != {self.theirs!r}"
+        holder = f"replica {self.replica}" if self.replica is not None else "original"
+        return f"{holder} {self.role} {self.path}: {self.field} {self.mine!r} != {self.theirs!r}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +171,6 @@ def placement_of(obj: Any, devices: Sequence[Any] | None = None, original: Any =
     """
     if role is not None and role not in ROLES:
         raise ValueError(f"placement_of: role={role!r} is not one of {ROLES}")
-    from comparisons import _placement_walk as walk  # it imports PlacementRecord from here
-
     backend = walk.backend_of(obj)
     if backend is None:
         raise TypeError(f"placement_of: obj of type {type(obj).__name__} holds no torch tensor, "
@@ -178,4 +178,27 @@ def placement_of(obj: Any, devices: Sequence[Any] | None = None, original: Any =
     labels = [walk.device_label(d) for d in devices] if devices is not None else None
     references = None if original is None else walk.reference_keys(original, backend, role, name)
     leaves = walk.items(obj, backend, role, name, per_replica, labels)
-    return PlacementMap(tuple(walk.record(leaf, labels, references) for leaf in leaves))
+    return PlacementMap(tuple(_record(leaf, labels, references) for leaf in leaves))
+
+
+def _record(leaf: walk.Leaf, labels: list[str] | None,
+            references: Mapping[tuple[str, str], tuple[str, int]] | None) -> PlacementRecord:
+    """The PlacementRecord of one Leaf; aliasing is judged only when `references` is given."""
+    aliases = None
+    if references is not None and leaf.replica is not None:
+        reference = references.get((leaf.role, leaf.path))
+        aliases = reference is not None and reference == walk.alias_key(leaf.value)
+    return PlacementRecord(
+        replica=leaf.replica, path=leaf.path, role=leaf.role, device=leaf.device,
+        logical_index=_logical_index(leaf, labels), shape=tuple(leaf.value.shape),
+        dtype=str(leaf.value.dtype).removeprefix("torch."), aliases_original=aliases)
+
+
+def _logical_index(leaf: walk.Leaf, labels: Sequence[str] | None) -> int | None:
+    if not labels:
+        return None
+    # With a repeated device list (["cpu"] * 4) the replica index says which entry is meant.
+    if leaf.replica is not None and leaf.replica < len(labels) \
+            and labels[leaf.replica] == leaf.device:
+        return leaf.replica
+    return labels.index(leaf.device) if leaf.device in labels else None

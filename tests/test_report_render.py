@@ -90,7 +90,7 @@ def test_unknown_format_is_refused_with_the_choices():
 
 
 def test_rows_pair_torch_tensors_with_flax_ones_and_keep_leftovers_by_their_layer():
-    from comparisons._placement_rows import aligned_rows
+    from comparisons.render.rows import aligned_rows
     from comparisons.placement import PlacementMap, PlacementRecord
 
     def placement(*keys):

@@ -7,7 +7,9 @@ from __future__ import annotations
 from html import escape
 
 from comparisons.placement import PlacementMap
-from comparisons.report import ComparisonReport, format_number, headline, verdict
+from comparisons.render.rows import aligned_rows
+from comparisons.render.text import format_number, headline, verdict
+from comparisons.verdicts import ComparisonReport
 
 # One colour per logical device index (colour-blind-friendly Okabe-Ito tones, light variants).
 PALETTE = ("#cfe8ff", "#ffe1b3", "#c9f0dd", "#f9d0e6", "#fff3a6", "#d9d2f5", "#ffd3c4", "#d4e9c7")
@@ -75,8 +77,6 @@ def _legend(report: ComparisonReport) -> str:
 
 def _grids(report: ComparisonReport) -> str:
     """One table: torch's tensor and devices, then the Flax tensor beside it and each strategy's devices."""
-    from comparisons._placement_rows import aligned_rows
-
     torch_map = report.placements.get("torch", PlacementMap(()))
     jax_labels = [label for label in report.placements if label != "torch"]
     torch_grid = _every_device(torch_map.grid(), report.devices)
@@ -130,9 +130,9 @@ def _cell(records: list, index: int | None) -> str:
         return "<td class='cell empty'></td>"
     labels = []
     for record in records:
-        who = "global" if record.replica is None else f"r{record.replica}"
+        replica = "global" if record.replica is None else f"r{record.replica}"
         alias = " <span class=alias>≡</span>" if record.aliases_original else ""
         shape = "×".join(map(str, record.shape)) or "scalar"
-        labels.append(f"{who}{alias}<br><span class=role>{shape}</span>")
+        labels.append(f"{replica}{alias}<br><span class=role>{shape}</span>")
     colour = "#e0e0e0" if index is None else PALETTE[index % len(PALETTE)]
     return f"<td class=cell style='background:{colour}'>{'<br>'.join(labels)}</td>"

@@ -1,0 +1,18 @@
+"""Renderings of a ComparisonReport, the top layer of comparisons: table, JSON, Markdown, HTML.
+
+Importing this package registers each format in `comparisons.verdicts.RENDERERS`, which
+`ComparisonReport.render(fmt)` reads; a new format is a function here plus one entry below.
+Modules: `text` (table, Markdown and the shared words), `html` (the self-contained page),
+`rows` (torch tensors beside their Flax counterparts in the placement grid).
+"""
+from __future__ import annotations
+
+from comparisons.render.html import render_html
+from comparisons.render.text import format_number, headline, print_table, to_markdown, to_table, verdict
+from comparisons.verdicts import RENDERERS, ComparisonReport
+
+RENDERERS.update(table=to_table, json=ComparisonReport.to_json, markdown=to_markdown, html=render_html)
+FORMATS = tuple(RENDERERS)
+
+__all__ = ["FORMATS", "format_number", "headline", "print_table", "render_html", "to_markdown", "to_table",
+           "verdict"]

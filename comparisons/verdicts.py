@@ -1,0 +1,88 @@
+"""The verdict types: `Check` (one verdict) and `ComparisonReport` (every verdict of one comparison).
+
+The bottom layer of comparisons: it imports nothing else of the package, so judging
+(`_numerics`, `_placement_checks`) and rendering (`comparisons.render`) can both build on it.
+`ComparisonReport.render` looks formats up in `RENDERERS`, which `comparisons.render` fills when
+the package is imported; that keeps rendering above these types instead of beside them.
+The JSON schema is documented in docs/report_schema.md; bump SCHEMA_VERSION on any change to it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from comparisons.placement import PlacementMap
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One verdict: `subject` (e.g. "outputs") compared on `compared` (e.g. "torch DP vs single").
+
+    Numeric checks carry `max_abs` (max |a - b|) and `rel_norm` (||a - b|| / ||b||); they pass when
+    either is within `tolerance`. Placement checks carry no numbers; `detail` says what differs.
+    """
+
+    subject: str
+    compared: str
+    passed: bool
+    max_abs: float | None = None
+    rel_norm: float | None = None
+    tolerance: float | None = None
+    detail: str = ""
+
+
+@dataclasses.dataclass
+class ComparisonReport:
+    """Everything `compare` found; `ok` is True only if every check passed."""
+
+    model: str
+    batch_size: int
+    devices: int
+    chunk_sizes: list[int]
+    strategies: list[str]
+    steps: int
+    optimizer: str
+    dtype: str
+    seed: int
+    torch_devices: str
+    tolerance: dict[str, float]
+    checks: list[Check] = dataclasses.field(default_factory=list)
+    placements: dict[str, PlacementMap] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    layers: dict[str, str] = dataclasses.field(default_factory=dict)  # torch layer -> Flax layer path
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(check.passed for check in self.checks)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [check for check in self.checks if not check.passed]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form (docs/report_schema.md)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {
+            "schema_version": SCHEMA_VERSION, **fields, "ok": self.ok,
+            "checks": [dataclasses.asdict(check) for check in self.checks],
+            "placements": {name: pm.to_rows() for name, pm in self.placements.items()},
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def render(self, fmt: str) -> str:
+        """The report as `fmt`: one of RENDERERS ("table", "json", "markdown", "html")."""
+        renderer = RENDERERS.get(fmt)
+        if renderer is None:
+            raise ValueError(f"render: format {fmt!r} is unknown; use one of {', '.join(RENDERERS)}")
+        return renderer(self)
+
+
+# Format name -> function rendering a report as text; filled by comparisons.render.
+RENDERERS: dict[str, Callable[[ComparisonReport], str]] = {}

@@ -1,0 +1,127 @@
+"""The import rule: no cycle inside dp_torch, dp_jax and comparisons, and each package loads only its own framework.
+
+The cycle test reads every module's source (AST, nothing is imported) and takes every `import`
+statement in it: module level, inside functions, and under `if TYPE_CHECKING:` alike. A lazy
+import inside a function still runs, just later, so a cycle through one is still a cycle
+(judging that imports rendering "only when needed" is the reverse dependency all the same).
+Only imports of the three packages count; `from pkg import name` points at `pkg.name` when that
+is a module, else at `pkg` itself.
+
+The isolation tests import one package in a fresh interpreter and list the frameworks it loaded.
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("dp_torch", "dp_jax", "comparisons")
+
+
+def module_files(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    """{dotted module name: source file} for every .py file of `packages` under `root`."""
+    files = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that the source of module `name` (at `path`) imports, anywhere in it."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, package)
+            targets.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                           for alias in node.names)
+    return (targets & known) - {name}  # an import of a module that does not exist fails elsewhere
+
+
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    base = ".".join(parts[:len(parts) - node.level + 1])
+    return f"{base}.{node.module}" if node.module else base
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` as [a, b, ..., a], or None (depth-first search, white/grey/black)."""
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "grey"
+        stack.append(node)
+        for child in sorted(graph.get(node, ())):
+            if state.get(child) == "grey":
+                return stack[stack.index(child):] + [child]
+            if child not in state and (cycle := visit(child)):
+                return cycle
+        stack.pop()
+        state[node] = "black"
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start)):
+            return cycle
+    return None
+
+
+def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    files = module_files(root, packages)
+    return {name: imported_modules(name, path, set(files)) for name, path in files.items()}
+
+
+def test_no_import_cycle_in_the_three_packages():
+    graph = import_graph()
+    assert len(graph) > 30 and "comparisons.harness" in graph  # the walk really found the modules
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_names_a_planted_cycle(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.a import f\n")
+    (tmp_path / "pkg" / "a.py").write_text("from . import b\n\ndef f():\n    pass\n")
+    (tmp_path / "pkg" / "b.py").write_text("def g():\n    from pkg.a import f  # lazy, still a cycle\n")
+    (tmp_path / "pkg" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                           "    import pkg.a\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.a"}}
+    assert find_cycle(graph) == ["pkg.a", "pkg.b", "pkg.a"]
+    assert find_cycle({"x": {"y"}, "y": set()}) is None
+
+
+def loaded_after_import(package: str, roots: tuple[str, ...]) -> list[str]:
+    """The top-level names among `roots` present in sys.modules after `import package` in a fresh process."""
+    code = (f"import sys, {package}; "
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(roots)!r}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return ast.literal_eval(result.stdout.strip().splitlines()[-1])
+
+
+JAX_FAMILY = ("jax", "jaxlib", "flax", "optax")
+
+
+@pytest.mark.parametrize("package, forbidden", [
+    ("dp_torch", (*JAX_FAMILY, "comparisons")),
+    ("dp_jax", ("torch", "comparisons")),
+    ("comparisons", ("torch", *JAX_FAMILY)),
+])
+def test_importing_a_package_loads_no_other_framework(package, forbidden):
+    assert loaded_after_import(package, forbidden) == []
+
+
+def test_the_isolation_probe_sees_what_a_package_loads():
+    assert loaded_after_import("dp_torch", ("torch", "dp_torch")) == ["dp_torch", "torch"]
