@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -170,3 +173,29 @@ def test_bad_arguments_name_the_argument():
         placement_of(3)
     with pytest.raises(ValueError, match="role='weights' is not one of"):
         placement_of(torch.ones(1), role="weights")
+
+
+VIRTUAL_UNDER_ANOTHER_NAME = """
+import torch
+import dp_torch
+from dp_torch import virtual
+from comparisons._placement_walk import virtual_device_type
+from comparisons.placement import placement_of
+
+before = virtual_device_type()
+devices = virtual.install(3, name="{name}")
+model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2)).to(devices[0])
+replicas = dp_torch.replicate(model, devices)
+placement = placement_of(replicas, devices=devices, original=model)
+print(before, virtual_device_type(),
+      sorted({{(r.replica, r.aliases_original) for r in placement if r.role in ("param", "buffer")}}))
+"""
+
+
+def test_aliasing_on_virtual_devices_follows_the_name_they_were_installed_under():
+    # install() is process-global and first-wins, so a fresh interpreter gets the non-default name.
+    code = VIRTUAL_UNDER_ANOTHER_NAME.format(name="vxq")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split(" ", 2) == ["None", "vxq", "[(0, True), (1, False), (2, False)]\n"]
