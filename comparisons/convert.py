@@ -100,41 +100,41 @@ def flax_grads_to_torch(grads: Mapping, mapping: Sequence[Layer | tuple]) -> dic
     return _to_torch("flax_grads_to_torch", flat, mapping, None, True, grads=True)
 
 
-def _to_flax(where, tensors, mapping, like, strict, grads):
+def _to_flax(who, tensors, mapping, like, strict, grads):
     from flax.traverse_util import unflatten_dict
 
-    flat = {key: _numpy(where, key, value) for key, value in tensors.items()}
+    flat = {key: _numpy(who, key, value) for key, value in tensors.items()}
     used, leaves, source = set(), {}, {}
     for layer in _layers(mapping):
         rule = RULES[layer.kind]
-        local = _take_torch(where, flat, layer, rule, grads, used)
+        local = _take_torch(who, flat, layer, rule, grads, used)
         convert = rule.grads_to_flax if grads and rule.grads_to_flax else rule.to_flax
-        for key, value in convert(local, layer, _checker(where, layer)).items():
+        for key, value in convert(local, layer, _checker(who, layer)).items():
             path = (key[0], *_parts(layer.flax), *key[1:])
             leaves[path], source[path] = np.array(value, order="C", copy=True), layer
     uncovered = [k for k in flat if k not in used and not k.endswith("num_batches_tracked")]
     if strict and uncovered:
-        raise ConversionError(f"{where}: torch keys {uncovered} are not covered by the mapping; "
+        raise ConversionError(f"{who}: torch keys {uncovered} are not covered by the mapping; "
                               "add a Layer for their module (or pass strict=False to skip them)")
     if like is not None:
-        _match(where, leaves, {k: v.shape for k, v in _flatten(like).items()}, source, "Flax model")
+        _match(who, leaves, {k: v.shape for k, v in _flatten(like).items()}, source, "Flax model")
     return unflatten_dict(leaves)
 
 
-def _to_torch(where, flat, mapping, like, strict, grads):
+def _to_torch(who, flat, mapping, like, strict, grads):
     import torch
 
-    flat = {key: _numpy(where, "/".join(key), value) for key, value in flat.items()}
+    flat = {key: _numpy(who, "/".join(key), value) for key, value in flat.items()}
     used, tensors, source = set(), {}, {}
     for layer in _layers(mapping):
         rule = RULES[layer.kind]
         local = _take_flax(flat, layer, used)
         convert = rule.grads_to_torch if grads and rule.grads_to_torch else rule.to_torch
         try:
-            converted = convert(local, layer, _checker(where, layer))
+            converted = convert(local, layer, _checker(who, layer))
         except KeyError as missing:
             leaf = "/".join((missing.args[0][0], *_parts(layer.flax), *missing.args[0][1:]))
-            raise ConversionError(f"{where}: {_describe(layer)}: missing Flax leaf {leaf!r}; "
+            raise ConversionError(f"{who}: {_describe(layer)}: missing Flax leaf {leaf!r}; "
                                   "fix the mapping's Flax path or the variables") from None
         for suffix, value in converted.items():
             name = f"{layer.torch}.{suffix}" if layer.torch else suffix
@@ -142,11 +142,11 @@ def _to_torch(where, flat, mapping, like, strict, grads):
         used.update((k[0], *_parts(layer.flax), *k[1:]) for k in local.read_keys())
     uncovered = ["/".join(k) for k in flat if k not in used]
     if strict and uncovered:
-        raise ConversionError(f"{where}: Flax leaves {uncovered} are not covered by the mapping; "
+        raise ConversionError(f"{who}: Flax leaves {uncovered} are not covered by the mapping; "
                               "add a Layer for their module (or pass strict=False to skip them)")
     if like is not None:
         shapes = {k: tuple(v.shape) for k, v in like.items() if not k.endswith("num_batches_tracked")}
-        _match(where, tensors, shapes, source, "torch model")
+        _match(who, tensors, shapes, source, "torch model")
         tensors.update({k: v for k, v in like.items() if k.endswith("num_batches_tracked")})
     return {k: v if isinstance(v, torch.Tensor) else torch.from_numpy(v) for k, v in tensors.items()}
 
@@ -174,7 +174,7 @@ class _Tracked(dict):
         return [k for k in self.read if dict.__contains__(self, k)]
 
 
-def _take_torch(where, flat, layer, rule, grads, used):
+def _take_torch(who, flat, layer, rule, grads, used):
     prefix = f"{layer.torch}." if layer.torch else ""
     local = {s: flat[prefix + s] for s in rule.torch_keys if prefix + s in flat}
     used.update(prefix + s for s in local)
@@ -182,7 +182,7 @@ def _take_torch(where, flat, layer, rule, grads, used):
                if s not in local and not (grads and s in rule.buffers)]
     if missing:
         nearby = sorted(k for k in flat if k.startswith(prefix))
-        raise ConversionError(f"{where}: {_describe(layer)}: missing torch key {missing[0]!r} "
+        raise ConversionError(f"{who}: {_describe(layer)}: missing torch key {missing[0]!r} "
                               f"(keys under {layer.torch!r}: {nearby}); fix the mapping's torch prefix")
     return local
 
@@ -198,29 +198,29 @@ def _under(key: tuple, flax_path: str) -> bool:
     return key[1:1 + len(parts)] == parts and len(key) > 1 + len(parts)
 
 
-def _match(where, produced, expected, source, model):
+def _match(who, produced, expected, source, model):
     def show(key):
         return key if isinstance(key, str) else "/".join(key)
     for key in produced:
         name = show(key)
         if key not in expected:
-            raise ConversionError(f"{where}: {_describe(source[key])} produced {name!r} but the {model} "
+            raise ConversionError(f"{who}: {_describe(source[key])} produced {name!r} but the {model} "
                                   f"has no such entry (it has {sorted(map(show, expected))}); "
                                   "fix the mapping's path")
         if tuple(produced[key].shape) != tuple(expected[key]):
-            raise ConversionError(f"{where}: {name!r} from {_describe(source[key])} has shape "
+            raise ConversionError(f"{who}: {name!r} from {_describe(source[key])} has shape "
                                   f"{tuple(produced[key].shape)} but the {model} expects "
                                   f"{tuple(expected[key])}; check the layer kind and sizes")
     missing = [show(k) for k in expected if k not in produced]
     if missing:
-        raise ConversionError(f"{where}: the {model} has {missing} that the mapping does not produce; "
+        raise ConversionError(f"{who}: the {model} has {missing} that the mapping does not produce; "
                               "add a Layer for them")
 
 
-def _checker(where, layer):
+def _checker(who, layer):
     def check(ok: bool, name: str, shape, expected: str) -> None:
         if not ok:
-            raise ConversionError(f"{where}: {_describe(layer)}: {name} has shape {tuple(shape)}, "
+            raise ConversionError(f"{who}: {_describe(layer)}: {name} has shape {tuple(shape)}, "
                                   f"expected {expected}")
     return check
 
@@ -242,10 +242,10 @@ def _flatten(tree: Mapping) -> dict:
     return flatten_dict(dict(tree))
 
 
-def _numpy(where, name, value) -> np.ndarray:
+def _numpy(who, name, value) -> np.ndarray:
     if hasattr(value, "detach"):  # a torch tensor; numpy() shares memory, we copy later
         if str(value.dtype) == "torch.bfloat16":
-            raise ConversionError(f"{where}: {name!r} is bfloat16, which numpy lacks; "
+            raise ConversionError(f"{who}: {name!r} is bfloat16, which numpy lacks; "
                                   "convert in float32 (module.float()) and cast after")
         return value.detach().cpu().numpy()
     return np.asarray(value)
