@@ -39,3 +39,38 @@ def test_different_shapes_leaves_or_non_finite_values_fail():
 def test_a_zero_reference_has_no_relative_error():
     check = compare_trees("o", "c", {"x": np.array([1.0])}, {"x": np.array([0.0])}, 1e-5)
     assert check.rel_norm is None and not check.passed
+
+
+# The boundary: an error equal to the tolerance passes (docs/report_schema.md: "within"), twice or
+# ten times it fails. Errors are built to be exact in float64, so "equal" means equal.
+MULTIPLES = [(1, True), (2, False), (10, False)]
+
+
+@pytest.mark.parametrize("multiple, passes", MULTIPLES)
+@pytest.mark.parametrize("tol", [1e-5, 1e-12, 2.0 ** -17])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_max_abs_at_the_tolerance_passes_and_beyond_it_fails(multiple, passes, tol, seed):
+    rng = np.random.default_rng(seed)
+    expected = rng.normal(size=(4, 5)) * 1e-3  # small norm: the relative error stays far above tol
+    row, col = rng.integers(4), rng.integers(5)
+    expected[row, col] = 0.0
+    actual = expected.copy()
+    actual[row, col] = multiple * tol  # |actual - expected| is exactly multiple * tol
+    check = compare_trees("outputs", "a vs b", {"y": actual}, {"y": expected}, tol)
+    assert check.max_abs == multiple * tol and check.rel_norm > 10 * tol
+    assert check.passed is passes
+
+
+@pytest.mark.parametrize("multiple, passes", MULTIPLES)
+@pytest.mark.parametrize("tol", [2.0 ** -17, 2.0 ** -40])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_relative_norm_at_the_tolerance_passes_and_beyond_it_fails(multiple, passes, tol, seed):
+    rng = np.random.default_rng(seed)
+    expected = np.zeros(12)
+    spots = rng.choice(12, size=4, replace=False)
+    expected[spots] = rng.choice([-1.0, 1.0], size=4) * 2.0 ** 10  # norm exactly 2 ** 11
+    actual = expected.copy()
+    actual[spots[0]] += multiple * tol * 2.0 ** 11  # ||Δ|| / ||expected|| is exactly multiple * tol
+    check = compare_trees("params", "a vs b", {"w": actual.reshape(3, 4)}, {"w": expected.reshape(3, 4)}, tol)
+    assert check.rel_norm == multiple * tol and check.max_abs > 10 * tol
+    assert check.passed is passes
