@@ -59,6 +59,21 @@ def test_a_replica_that_aliases_the_original_fails_the_aliasing_verdict():
     assert not check.passed and "replica 1" in check.detail
 
 
+@pytest.mark.parametrize("n, replica, layer", [(2, 0, "fc1"), (3, 1, "out"), (3, 2, "fc2")])
+def test_aliasing_that_differs_from_torch_fails_the_placement_verdict_itself(n, replica, layer):
+    pair, torch_map, jax_map = placements(n, seed=11 + replica)
+    flipped = not (replica == 0)  # replica 0 should share the original's memory, the others copy
+    wrong = PlacementMap(tuple(
+        dataclasses.replace(r, aliases_original=flipped)
+        if r.replica == replica and r.role == "param" and r.path.startswith(f"params.{layer}.") else r
+        for r in jax_map))
+    changed = [(a, b) for a, b in zip(jax_map, wrong) if a != b]
+    assert changed and all(dataclasses.replace(b, aliases_original=a.aliases_original) == a for a, b in changed)
+    check = compare_placement(pair, torch_map, wrong, "jax:explicit")
+    assert not check.passed
+    assert f"replica {replica} param params.{layer}: aliases_original {not flipped} != {flipped}" in check.detail
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_only_the_padded_replicas_input_may_differ_in_size(n):
     pair, torch_map, jax_map = placements(n, seed=7 + n)
