@@ -14,7 +14,7 @@ from typing import Any
 
 from comparisons._numerics import TOLERANCES, compare_trees
 from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig
-from comparisons.report import Check, ComparisonReport
+from comparisons.verdicts import Check, ComparisonReport
 
 STRATEGIES = ("explicit", "pmap", "sharded", "shard_map")
 TORCH_DEVICES = ("cpu", "virtual", "cuda")
