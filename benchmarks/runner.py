@@ -23,6 +23,14 @@ MODULES = {
     "virtual": "benchmarks.virtual_table",  # runs bench_virtual.py in its own interpreter
 }
 
+# The only reasons a section may give for measuring nothing. Any other reason (a crash, a
+# failed subprocess) fails the run: it still writes what it measured, then exits 1.
+UNAVAILABLE_BECAUSE = (
+    "skipped in --quick",   # too slow for a smoke test
+    "CPU-only",             # asked for --device gpu
+    "does not exist yet",   # the code it measures is not in this checkout
+)
+
 
 def gpu_missing() -> str | None:
     import jax
@@ -54,7 +62,7 @@ def load_average() -> str:
 
 
 def run_section(section_id: str, ctx: Context) -> dict[str, Any]:
-    """Run one section here; a crash becomes an 'unavailable' section with its reason."""
+    """Run one section here; a crash is recorded under "crashed" (never as "unavailable")."""
     module_name = MODULES[section_id]
     started = time.perf_counter()
     try:
@@ -62,9 +70,23 @@ def run_section(section_id: str, ctx: Context) -> dict[str, Any]:
         result = section.as_dict()
     except Exception as error:
         traceback.print_exc()
-        result = Section(section_id, section_id, "", unavailable=f"{type(error).__name__}: {error}").as_dict()
+        crash = f"{type(error).__name__}: {error}"
+        result = Section(section_id, section_id, "", notes=[f"crashed: {crash}"]).as_dict()
+        result["crashed"] = crash
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
+
+
+def failures(sections: list[dict[str, Any]]) -> list[str]:
+    """One line per section that crashed or gave a reason outside UNAVAILABLE_BECAUSE."""
+    found = []
+    for section in sections:
+        if section.get("crashed"):
+            found.append(f"section {section['id']!r} crashed: {section['crashed']}")
+        elif section["unavailable"] and not section["unavailable"].startswith(UNAVAILABLE_BECAUSE):
+            found.append(f"section {section['id']!r} measured nothing: {section['unavailable']} "
+                         f"(not one of the named reasons {UNAVAILABLE_BECAUSE})")
+    return found
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,4 +111,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_docs:
         docs_page.write(results, args.docs)
         print(f"[benchmarks] wrote {args.docs}", file=sys.stderr)
-    return 0
+    for line in (failed := failures(results["sections"])):
+        print(f"[benchmarks] FAILED: {line}", file=sys.stderr)
+    return 1 if failed else 0

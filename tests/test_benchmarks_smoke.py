@@ -1,19 +1,23 @@
 """`python -m benchmarks --quick` runs end to end and writes a well-formed table, JSON and page.
 
-Smoke test only: it never asserts timings, just that every section reports, and that every
-ratio is a positive finite number with a consistent spread.
+Smoke test only: it never asserts timings, just that every section measures (or names why it
+may not), and that every ratio is a positive finite number with a consistent spread. A crash
+anywhere fails it: the runner exits 1 on a crashed section, and no row may be an error.
 """
+import argparse
 import json
 import math
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = {"jax_strategies", "torch_stock", "breakdown", "replication", "harness", "virtual"}
+SKIPPED_IN_QUICK = {"harness", "virtual"}  # each starts a second interpreter
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +37,18 @@ def rows_of_kind(results, kind):
     return [row for section in results["sections"] for row in section["rows"] if kind in row]
 
 
-def test_quick_run_reports_every_section_with_rows_or_a_reason(quick_run):
+def test_quick_run_measures_every_section_but_the_two_it_skips_and_no_row_failed(quick_run):
     _, results, _ = quick_run
     assert {section["id"] for section in results["sections"]} == SECTIONS
     for section in results["sections"]:
-        assert section["rows"] or section["unavailable"], section["id"]
+        assert "crashed" not in section, section
+        if section["id"] in SKIPPED_IN_QUICK:
+            assert section["unavailable"].startswith("skipped in --quick"), section
+            assert section["rows"] == []
+        else:
+            assert section["unavailable"] is None and section["rows"], section
+        failed = [row for row in section["rows"] if "error" in row]
+        assert failed == [], f"{section['id']}: {failed}"
 
 
 def test_every_ratio_is_a_positive_finite_number_inside_its_own_spread(quick_run):
@@ -87,3 +98,43 @@ def test_regenerating_the_page_keeps_its_hand_written_head(tmp_path):
     docs_page.write(results, page)
     text = page.read_text()
     assert f"Findings {tmp_path.name}." in text and "test-cpu" in text and "stale-cpu" not in text
+
+
+def run_only(module_run, tmp_path, monkeypatch) -> tuple[int, dict]:
+    """benchmarks.runner.run with one section whose run() is ``module_run``."""
+    from benchmarks import runner
+
+    module = types.ModuleType("planted_section")
+    module.run = module_run
+    monkeypatch.setitem(sys.modules, "planted_section", module)
+    monkeypatch.setitem(runner.MODULES, "planted", "planted_section")
+    monkeypatch.setattr(runner, "use_one_torch_thread", lambda: None)  # keep this process's threads
+    args = argparse.Namespace(device="cpu", quick=True, only=["planted"], json=tmp_path / "results.json",
+                              docs=tmp_path / "performance.md", no_docs=True)
+    code = runner.run(args)
+    return code, json.loads(args.json.read_text())["sections"][0]
+
+
+def test_a_crashing_section_fails_the_run_and_is_not_called_unavailable(tmp_path, monkeypatch, capsys):
+    def crash(ctx):
+        raise ZeroDivisionError(f"planted in {tmp_path.name}")
+
+    code, section = run_only(crash, tmp_path, monkeypatch)
+    assert code == 1
+    assert section["unavailable"] is None
+    assert section["crashed"] == f"ZeroDivisionError: planted in {tmp_path.name}"
+    assert f"section 'planted' crashed: ZeroDivisionError: planted in {tmp_path.name}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("reason", "code"), [
+    ("skipped in --quick (too slow)", 0),
+    ("CPU-only: virtual devices emulate accelerators on a CPU", 0),
+    ("bench_virtual.py failed (rc 1): Traceback", 1),  # a crash in a child process
+])
+def test_only_named_reasons_may_leave_a_section_unmeasured(tmp_path, monkeypatch, reason, code):
+    from benchmarks.results import Section
+
+    def measure_nothing(ctx):
+        return Section("planted", "Planted", "nothing", unavailable=reason or None)
+
+    assert run_only(measure_nothing, tmp_path, monkeypatch)[0] == code
