@@ -112,5 +112,5 @@ def test_flax_batchnorm_biased_running_variance_is_caught(monkeypatch):
 def test_model_pair_is_a_small_frozen_dataclass():
     pair = models.get("cnn_bn")
     assert isinstance(pair, ModelPair) and pair.has_batch_stats and pair.batch_axis == 0
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError, match="cannot assign to field .name."):
         pair.name = "other"
