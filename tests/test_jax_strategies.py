@@ -181,7 +181,7 @@ def test_second_call_with_same_variables_sends_no_parameters(strategy):
         dp.place(variables, 8)
         # ... while new variables (same values, new arrays) would be sent, and the guard catches it
         fresh = jax.tree.map(lambda a: a + 0, variables)
-        with pytest.raises(Exception, match="Disallowed device-to-device transfer"):
+        with pytest.raises(jax.errors.JaxRuntimeError, match="Disallowed device-to-device transfer"):
             dp.place(fresh, 8)
 
 
