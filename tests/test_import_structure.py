@@ -102,9 +102,9 @@ def test_the_cycle_finder_names_a_planted_cycle(tmp_path):
     assert find_cycle({"x": {"y"}, "y": set()}) is None
 
 
-def loaded_after_import(package: str, roots: tuple[str, ...]) -> list[str]:
-    """The top-level names among `roots` present in sys.modules after `import package` in a fresh process."""
-    code = (f"import sys, {package}; "
+def loaded_after_import(modules: str, roots: tuple[str, ...]) -> list[str]:
+    """The top-level names among `roots` in sys.modules after `import {modules}` in a fresh process."""
+    code = (f"import sys, {modules}; "
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(roots)!r}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -114,14 +114,16 @@ def loaded_after_import(package: str, roots: tuple[str, ...]) -> list[str]:
 JAX_FAMILY = ("jax", "jaxlib", "flax", "optax")
 
 
-@pytest.mark.parametrize("package, forbidden", [
-    ("dp_torch", (*JAX_FAMILY, "comparisons")),
+@pytest.mark.parametrize("modules, forbidden", [
+    ("dp_torch, dp_torch.virtual", (*JAX_FAMILY, "comparisons")),
     ("dp_jax", ("torch", "comparisons")),
-    ("comparisons", ("torch", *JAX_FAMILY)),
+    ("comparisons, comparisons.__main__, comparisons.models, comparisons.placement, comparisons.report",
+     ("torch", *JAX_FAMILY)),
 ])
-def test_importing_a_package_loads_no_other_framework(package, forbidden):
-    assert loaded_after_import(package, forbidden) == []
+def test_importing_a_package_loads_no_other_framework(modules, forbidden):
+    assert loaded_after_import(modules, forbidden) == []
 
 
 def test_the_isolation_probe_sees_what_a_package_loads():
     assert loaded_after_import("dp_torch", ("torch", "dp_torch")) == ["dp_torch", "torch"]
+    assert loaded_after_import("dp_jax", ("jax", "dp_jax")) == ["dp_jax", "jax"]
