@@ -13,14 +13,14 @@ eager grad of the jitted single-device forward too.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from benchmarks.context import Context
 from benchmarks.models import flax_model_and_batch
 from benchmarks.results import Section
 from benchmarks.timing import measure_ratio
 
-STRATEGIES = ("explicit", "pmap", "sharded", "shard_map")
 TARGETS = {"explicit": 1.5, "pmap": 1.1, "sharded": 1.1, "shard_map": 1.1, "reference": 1.1, "floor": 1.1}
 REFERENCE = "reference"  # jax.jit + NamedSharding, params replicated once (benchmarks-only idiom)
 FLOOR = "floor"  # the reference without its scatter and gather transfers: the split computation alone
@@ -33,6 +33,13 @@ def loss_of(output: Any) -> Any:
     import jax.numpy as jnp
 
     return jnp.mean(output ** 2)
+
+
+def strategy_names() -> tuple[str, ...]:
+    """dp_jax.STRATEGIES (imported when asked: this module also runs, with fewer rows, without dp_jax)."""
+    from dp_jax import STRATEGIES
+
+    return STRATEGIES
 
 
 def single_device(model: Any, variables: Any, x: Any) -> dict[str, Callable[[], Any]]:
@@ -50,7 +57,8 @@ def single_device(model: Any, variables: Any, x: Any) -> dict[str, Callable[[], 
 def mesh_shardings(devices: list) -> tuple[Any, Any]:
     """(replicated P(), rows P('data')) NamedShardings over a 1-D mesh of `devices`."""
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.array(devices), ("data",))
     return NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
@@ -119,7 +127,7 @@ def thunks_for(strategy: str, model: Any, variables: Any, x: Any, devices: list)
 def measure_strategy(section: Section, ctx: Context, labels: dict, thunks: dict, baseline: dict) -> None:
     """Add one row per mode of `thunks`, each timed against the baseline of the same mode."""
     strategy = labels["strategy"]
-    if strategy in STRATEGIES and labels["devices"] == ctx.n_devices and not ctx.quick:
+    if strategy in strategy_names() and labels["devices"] == ctx.n_devices and not ctx.quick:
         thunks = {**thunks, EAGER: thunks["fwd+bwd"]}
     for mode, thunk in thunks.items():
         try:
@@ -139,7 +147,7 @@ def run(ctx: Context) -> Section:
     missing = dp_jax_missing()
     if missing:
         section.notes.append(f"strategies not available: {missing}; only the floor and reference rows are measured")
-    strategies = (FLOOR, REFERENCE) + (() if missing else STRATEGIES)
+    strategies = (FLOOR, REFERENCE) + (() if missing else strategy_names())
     devices = ctx.jax_devices()[:max(ctx.device_counts)]
     counts = [n for n in ctx.device_counts if n <= len(devices)]
     if len(counts) < len(ctx.device_counts):
@@ -167,8 +175,9 @@ def add_over_reference(section: Section) -> None:
     even the reference pays for splitting the batch across emulated devices).
     """
     key = lambda labels: (labels["model"], labels["devices"], labels["mode"])  # noqa: E731
+    strategies = strategy_names()
     reference = {key(row["labels"]): row["ratio"]["median"] for row in section.rows
                  if "ratio" in row and row["labels"]["strategy"] == REFERENCE}
     for row in section.rows:
-        if "ratio" in row and row["labels"]["strategy"] in STRATEGIES and key(row["labels"]) in reference:
+        if "ratio" in row and row["labels"]["strategy"] in strategies and key(row["labels"]) in reference:
             row["derived"] = {"÷ reference": row["ratio"]["median"] / reference[key(row["labels"])]}

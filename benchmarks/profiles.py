@@ -7,15 +7,18 @@ re-checked. `harness-compiles` lists the XLA compiles of a second (warm) demo ru
 from __future__ import annotations
 
 import argparse
-import cProfile
 import collections
 import contextlib
+import cProfile
 import io
 import logging
 import pstats
 import runpy
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+from dp_jax import STRATEGIES
 
 WIDTH, BATCH, DEVICES = 64, 128, 4
 
@@ -54,7 +57,7 @@ def torch_workload(step: str) -> Callable[[], Any]:
 
 PROFILES: dict[str, Callable[[], Callable[[], Any]]] = {
     **{f"jax-{s}-fwd": (lambda s=s: jax_workload(s, grad=False)) for s in ("explicit", "sharded")},
-    **{f"jax-{s}-grad": (lambda s=s: jax_workload(s, grad=True)) for s in ("explicit", "pmap", "sharded", "shard_map")},
+    **{f"jax-{s}-grad": (lambda s=s: jax_workload(s, grad=True)) for s in STRATEGIES},
     "torch-scatter": lambda: torch_workload("scatter"),
     "torch-gather": lambda: torch_workload("gather"),
 }

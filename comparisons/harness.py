@@ -16,7 +16,20 @@ from comparisons._numerics import TOLERANCES, compare_trees
 from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig
 from comparisons.verdicts import Check, ComparisonReport
 
-STRATEGIES = ("explicit", "pmap", "sharded", "shard_map")
+
+class _StrategyNames(Sequence[str]):
+    """dp_jax.STRATEGIES, read on first use: importing dp_jax loads JAX, which importing comparisons must not."""
+
+    def __getitem__(self, index):
+        from dp_jax import STRATEGIES
+        return STRATEGIES[index]
+
+    def __len__(self) -> int:
+        from dp_jax import STRATEGIES
+        return len(STRATEGIES)
+
+
+STRATEGIES: Sequence[str] = _StrategyNames()
 TORCH_DEVICES = ("cpu", "virtual", "cuda")
 _SUBJECTS = ("outputs", "gradients", "batch_stats", "params_after_steps")
 

@@ -6,12 +6,12 @@ index into `jax.devices()`, or (for a gather target only) the literal "cpu", as 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 import jax
 import numpy as np
 
-DeviceLike = Union[jax.Device, int]
+DeviceLike = jax.Device | int
 
 
 def device_label(device: jax.Device) -> str:

@@ -21,9 +21,18 @@ import flax.linen as nn
 import jax
 
 from dp_jax._devices import resolve_device, resolve_devices
-from dp_jax._strategy_cache import ReplicaCache
-from dp_jax._strategy_plan import ReplicaPlacement, ShardPlan, plan_shards
-from dp_jax.strategies import REPLICA_AXIS, check_strategy, place_call, place_variables, run_strategy
+from dp_jax.strategies import (
+    REPLICA_AXIS,
+    ReplicaCache,
+    ReplicaPlacement,
+    ShardPlan,
+    StrategyCall,
+    lookup,
+    place_call,
+    place_variables,
+    plan_shards,
+    run_strategy,
+)
 
 
 class DataParallel:
@@ -54,7 +63,7 @@ class DataParallel:
         self.device_ids = tuple(resolve_devices(jax.devices() if device_ids is None else device_ids, "device_ids"))
         self.output_device = (self.device_ids[0] if output_device is None
                               else resolve_device(output_device, "output_device", allow_cpu_literal=True))
-        check_strategy(strategy, axis_name)
+        self.record = lookup(strategy, axis_name)  # raises for an unknown name or an unbindable axis_name
         self.dim, self.strategy = dim, strategy
         self.sync_collections, self.axis_name = sync_collections, axis_name
         self.cache = ReplicaCache(maxsize=2)
@@ -69,12 +78,9 @@ class DataParallel:
         if rngs is not None and not isinstance(rngs, dict):
             raise TypeError(f"rngs must be a dict of PRNG keys, e.g. {{'dropout': jax.random.key(0)}}, "
                             f"not a {type(rngs).__name__}")
-        result = run_strategy(
-            self.strategy, _replica_fn(self.apply_fn, _hashable_filter(mutable)), variables, args, kwargs,
-            devices=self.device_ids, output_device=self.output_device, dim=self.dim, rngs=rngs,
-            cache=self.cache, updates_collections=bool(mutable), sync_collections=self.sync_collections,
-            axis_name=self.axis_name,
-        )
+        result = run_strategy(self.record, self._call(
+            _replica_fn(self.apply_fn, _hashable_filter(mutable)), variables, args, kwargs, rngs=rngs,
+            updates_collections=bool(mutable)))
         self.last_plan = result.plan
         return (result.output, result.collections) if mutable else result.output
 
@@ -87,7 +93,7 @@ class DataParallel:
         Returns the placed copies (a list per device for 'explicit', P()-replicated arrays otherwise).
         """
         devices = self.device_ids if batch_size is None else self.plan(batch_size).devices
-        return place_variables(self.strategy, variables, devices, self.cache, self.axis_name or REPLICA_AXIS)
+        return place_variables(self.record, variables, devices, self.cache, self.axis_name or REPLICA_AXIS)
 
     def placed(self, variables: Any, *args: Any, **kwargs: Any) -> ReplicaPlacement:
         """Where `apply(variables, *args, **kwargs)` puts things: per-replica variables and inputs, and the plan.
@@ -96,8 +102,14 @@ class DataParallel:
         for a mapped strategy are views of the very buffers it passes its program (the variables'
         stay cached for the next apply; inputs are sent again on each call). Pass no mutable/rngs.
         """
-        return place_call(self.strategy, variables, args, kwargs, devices=self.device_ids, dim=self.dim,
-                          cache=self.cache, axis_name=self.axis_name)
+        return place_call(self.record, self._call(_replica_fn(self.apply_fn, False), variables, args, kwargs))
+
+    def _call(self, replica_fn: Any, variables: Any, args: tuple, kwargs: dict, *, rngs: dict | None = None,
+              updates_collections: bool = False) -> StrategyCall:
+        # torch's one-device shortcut: the output stays on device_ids[0]
+        output_device = self.device_ids[0] if len(self.device_ids) == 1 else self.output_device
+        return StrategyCall(replica_fn, variables, tuple(args), dict(kwargs), self.device_ids, output_device,
+                            self.dim, rngs, self.cache, updates_collections, self.sync_collections, self.axis_name)
 
     def plan(self, batch_size: int | None) -> ShardPlan:
         """The ShardPlan a batch of `batch_size` rows would get (devices, chunk sizes, padding)."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 import traceback
-from collections.abc import Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 

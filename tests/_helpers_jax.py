@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -78,7 +79,7 @@ class MLP(nn.Module):
         return nn.Dense(self.widths[-1])(x) * scale
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted_init(features: int):
     return jax.jit(lambda seed: MLP().init(jax.random.key(seed), np.zeros((1, features), np.float32)))
 

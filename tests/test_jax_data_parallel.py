@@ -5,13 +5,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
-
-from dp_jax.data_parallel import DataParallel, data_parallel
 from _helpers_jax import MLP, batch, counting_compiles
 from _models_jax import make
+from flax import nnx
 
-MAPPED = ("pmap", "sharded", "shard_map")
+from dp_jax import STRATEGIES
+from dp_jax.data_parallel import DataParallel, data_parallel
 
 
 def linear_apply(variables, x, *, scale=1.0, mask=None):
@@ -51,7 +50,7 @@ def test_plain_apply_fn_gets_no_flax_kwargs_and_splits_array_kwargs(strategy):
     np.testing.assert_allclose(np.asarray(out), 2.0 * (x @ w) * mask[:, None], rtol=1e-6)
 
 
-@pytest.mark.parametrize("strategy", ["explicit", "pmap", "sharded", "shard_map"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_dim_1_with_uneven_batch_splits_and_gathers_along_dim_1(strategy):
     rng = np.random.default_rng(3)
     w, x = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)

@@ -10,12 +10,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from dp_jax.data_parallel import DataParallel
 from _models_jax import make
 
-STRATEGIES = ("explicit", "pmap", "sharded", "shard_map")
-MAPPED = STRATEGIES[1:]
+from dp_jax import STRATEGIES
+from dp_jax.data_parallel import DataParallel
+from dp_jax.strategies import MAPPED_STRATEGIES as MAPPED
+
 MODES = {  # model -> modes it supports
     "mlp": ("eval", "dropout"),
     "convbn": ("eval", "train_bn"),

@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers_jax import assert_committed_to, batch, counting_compiles, devices, mlp_and_variables
 
 import dp_jax
-from _helpers_jax import assert_committed_to, batch, counting_compiles, devices, mlp_and_variables
 
 
 def placed(seed: int, size: int, n: int):

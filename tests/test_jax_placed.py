@@ -4,14 +4,14 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-
-import dp_jax
-from dp_jax import DataParallel, ReplicaPlacement
 from _helpers_jax import array_leaves, assert_committed_to, assert_trees_equal, devices
 from _models_jax import make
 
+import dp_jax
+from dp_jax import DataParallel, ReplicaPlacement
+
 STRATEGIES = dp_jax.STRATEGIES
-MAPPED = STRATEGIES[1:]
+MAPPED = dp_jax.strategies.MAPPED_STRATEGIES
 
 
 def call_args(batch: int, seed: int):

@@ -5,9 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers_jax import assert_committed_to, assert_trees_equal, devices, mlp_and_variables
 
 import dp_jax
-from _helpers_jax import assert_committed_to, assert_trees_equal, devices, mlp_and_variables
 
 
 def buffer(array: jax.Array) -> int:

@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from _helpers_jax import assert_committed_to, assert_trees_equal, devices
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch_oracle import stock  # noqa: F401  (a fixture: stock torch.nn.parallel on CPU)
 
 import dp_jax
-from _helpers_jax import assert_committed_to, assert_trees_equal, devices
-from torch_oracle import stock  # noqa: F401  (a fixture: stock torch.nn.parallel on CPU)
 
 Pair = collections.namedtuple("Pair", ["left", "right"])
 

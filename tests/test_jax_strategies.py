@@ -5,16 +5,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers_jax import counting_compiles
+from _models_jax import make
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dp_jax.data_parallel import DataParallel
+from dp_jax.strategies import MAPPED_STRATEGIES as MAPPED
 from dp_jax.strategies import STRATEGIES, plan_shards, replica_keys
-from _helpers_jax import counting_compiles
-from _models_jax import make
-
-MAPPED = ("pmap", "sharded", "shard_map")
-
 
 # --- ShardPlan ---------------------------------------------------------------------------------
 
@@ -183,6 +181,32 @@ def test_second_call_with_same_variables_sends_no_parameters(strategy):
         fresh = jax.tree.map(lambda a: a + 0, variables)
         with pytest.raises(jax.errors.JaxRuntimeError, match="Disallowed device-to-device transfer"):
             dp.place(fresh, 8)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_cache_keys_the_devices_batch_8_then_5_on_4_devices(strategy):
+    # 4 replicas, then 3: the copies placed for 4 devices must not serve the 3-device call
+    model, variables, x = make("mlp", 8, seed=13)
+    variables = jax.device_put(variables, jax.devices()[0])
+    dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy)
+    for batch, replicas in ((8, 4), (5, 3)):
+        rows = x[:batch] + batch  # fresh values per call
+        out = dp.apply(variables, rows)
+        assert len(dp.last_plan.devices) == replicas
+        np.testing.assert_allclose(np.asarray(out), np.asarray(model.apply(variables, rows)), rtol=1e-5, atol=1e-6)
+    assert (dp.cache.misses, dp.cache.hits) == (2, 0)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_gathering_scalars_warns_as_torch_and_returns_one_value_per_replica(strategy):
+    rng = np.random.default_rng(14)
+    w, x = rng.standard_normal(3).astype(np.float32), rng.standard_normal((8, 3)).astype(np.float32)
+    dp = DataParallel(lambda v, x: jnp.sum(x @ v["w"]), [0, 1, 2, 3], strategy=strategy)
+    with pytest.warns(UserWarning, match=r"^Was asked to gather along dimension 0, but all input tensors were "
+                                         r"scalars; will instead unsqueeze and return a vector\.$"):
+        out = dp.apply({"w": w}, x)
+    assert out.shape == (4,)
+    np.testing.assert_allclose(np.asarray(out), (x @ w).reshape(4, 2).sum(axis=1), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -15,9 +15,7 @@ import jax
 
 from dp_jax._devices import device_label
 from dp_jax.scatter_gather import chunk_sizes
-
-STRATEGIES = ("explicit", "pmap", "sharded", "shard_map")
-PADDING_STRATEGIES = ("pmap", "sharded", "shard_map")
+from dp_jax.strategies.table import lookup
 
 
 class ShardPlan(NamedTuple):
@@ -58,7 +56,7 @@ class ShardPlan(NamedTuple):
         for i, device in enumerate(self.devices):
             rows = self.rows(i)
             span = f"rows {rows.start}..{rows.stop - 1}" if rows else "no rows"
-            pad = self.shard_size - len(rows) if self.strategy in PADDING_STRATEGIES else 0
+            pad = self.pad_rows if i == len(self.devices) - 1 else 0
             lines.append(f"replica {i} on {device_label(device)}: {span}" + (f" (+{pad} padding)" if pad else ""))
         return "\n".join(lines)
 
@@ -86,7 +84,7 @@ def per_device_views(tree: Any, devices: tuple[jax.Device, ...]) -> list[Any]:
         if not isinstance(leaf, jax.Array):
             return leaf
         return next(shard.data for shard in leaf.addressable_shards if shard.device == device)
-    return [jax.tree.map(lambda leaf: shard_on(leaf, device), tree) for device in devices]
+    return [jax.tree.map(lambda leaf, device=device: shard_on(leaf, device), tree) for device in devices]
 
 
 def plan_shards(batch_size: int | None, devices: tuple[jax.Device, ...], strategy: str) -> ShardPlan:
@@ -94,12 +92,11 @@ def plan_shards(batch_size: int | None, devices: tuple[jax.Device, ...], strateg
 
     With no input array to split (batch_size None), one replica runs on devices[0], as in torch.
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy={strategy!r} is unknown; pass one of {', '.join(map(repr, STRATEGIES))}")
+    record = lookup(strategy)
     if batch_size is None:
         return ShardPlan(strategy, None, (), None, tuple(devices[:1]))
     sizes = tuple(chunk_sizes(batch_size, len(devices)))
-    padded = batch_size if strategy == "explicit" else len(sizes) * (sizes[0] if sizes else 0)
+    padded = len(sizes) * (sizes[0] if sizes else 0) if record.mapped else batch_size
     return ShardPlan(strategy, batch_size, sizes, padded, tuple(devices[: len(sizes)]))
 
 

@@ -12,11 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from dp_jax._batch import common_batch, labelled_leaves
 from dp_jax._devices import is_array_leaf
-from dp_jax._strategy_plan import ShardPlan
+from dp_jax.strategies.mesh import spec_at
+from dp_jax.strategies.plan import ShardPlan
 
 
 class SplitArgs(NamedTuple):
@@ -80,11 +80,6 @@ def split_replica_axis(x: Any, axis: int, replicas: int) -> Any:
     """Reshape `axis` of size k*c into (k, c): axis `axis` then indexes the replica."""
     shape = x.shape
     return x.reshape(shape[:axis] + (replicas, shape[axis] // replicas) + shape[axis + 1 :])
-
-
-def spec_at(axis: int, name: str) -> P:
-    """PartitionSpec that shards `axis` over the mesh axis `name` and replicates the rest."""
-    return P(*([None] * axis), name)
 
 
 def place_arrays(split: SplitArgs, plan: ShardPlan, mesh: Any, name: str, stacked: bool) -> list[Any]:

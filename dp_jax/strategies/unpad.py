@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from dp_jax._strategy_plan import ShardPlan, even_batch_sizes_near
 from dp_jax.scatter_gather import SCALAR_GATHER_WARNING
+from dp_jax.strategies.plan import ShardPlan, even_batch_sizes_near
 
 
 def _padding_story(plan: ShardPlan, n_devices: int) -> str:
