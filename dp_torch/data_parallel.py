@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from dp_torch._batch import check_dim
 from dp_torch._devices import DeviceLike, default_device_ids, resolve_device, resolve_devices
 from dp_torch.parallel_apply import parallel_apply
 from dp_torch.replicate import replicate
@@ -49,12 +50,13 @@ class DataParallel(nn.Module, Generic[ModuleT]):
     ) -> None:
         super().__init__()
         torch._C._log_api_usage_once("dp_torch.DataParallel")
+        _check_module(module, "DataParallel")
         self.module = module
         self.device_ids = _resolve_device_ids(device_ids, "DataParallel")
         self.output_device = (
             self.device_ids[0] if output_device is None else resolve_device(output_device, "output_device")
         )
-        self.dim = dim
+        self.dim = check_dim(dim, "DataParallel")
         self.src_device_obj = self.device_ids[0]
         _warn_if_unbalanced(self.device_ids)
         if len(self.device_ids) == 1:
@@ -101,6 +103,8 @@ def data_parallel(
     Unlike the class it always replicates with autograd (even under no_grad), as PyTorch does,
     and never moves ``module``. A non-tuple ``inputs`` is one positional argument.
     """
+    _check_module(module, "data_parallel")
+    dim = check_dim(dim, "data_parallel")
     if not isinstance(inputs, tuple):
         inputs = () if inputs is None else (inputs,)
     device_ids = _resolve_device_ids(device_ids, "data_parallel")
@@ -124,6 +128,14 @@ def _resolve_device_ids(device_ids: Sequence[DeviceLike] | None, who: str) -> li
     if not devices:
         raise ValueError(f"{who}: device_ids is empty; pass at least one device, e.g. ['cuda:0'] or ['cpu']")
     return devices
+
+
+def _check_module(module: Any, who: str) -> None:
+    if not isinstance(module, nn.Module):
+        raise TypeError(
+            f"{who}: module must be a torch.nn.Module, got {type(module).__name__} ({module!r:.60}); "
+            "wrap a function in an nn.Module whose forward calls it"
+        )
 
 
 def _check_module_device(module: nn.Module, src_device: torch.device) -> None:

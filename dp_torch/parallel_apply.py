@@ -68,7 +68,9 @@ def parallel_apply(
     cache) for its device type, and devices[i] as its current device. A list/tuple input is
     unpacked, anything else is one argument. ``devices=None`` (or a None entry) uses the device of
     the replica's first parameter/buffer, else of its first input tensor. Re-raises the failure of
-    the lowest-index replica with its original type. Returns the outputs in replica order.
+    the lowest-index replica with its original type: an Exception rebuilt with "Caught <type> in
+    replica i on device d" (PyTorch's ExceptionWrapper), a KeyboardInterrupt or SystemExit as
+    itself with that note added. Returns the outputs in replica order.
     """
     _check_lengths(modules, inputs, kwargs_tup, devices)
     if kwargs_tup is None:
@@ -81,12 +83,16 @@ def parallel_apply(
     results: list[Any] = [None] * len(modules)
 
     def worker(i: int) -> None:
+        where = f"in replica {i} on device {devices[i]}"
         try:
             with states[i].restore(devices[i].type), device_context(devices[i]), _stream_context(streams[i]):
                 args = inputs[i] if isinstance(inputs[i], (list, tuple)) else (inputs[i],)
                 results[i] = modules[i](*args, **kwargs_tup[i])
         except Exception:
-            results[i] = ExceptionWrapper(where=f"in replica {i} on device {devices[i]}")
+            results[i] = ExceptionWrapper(where=where)
+        except BaseException as error:  # re-raised in the caller's thread below
+            error.add_note(f"Raised {where} (dp_torch.parallel_apply).")
+            results[i] = _Interrupted(error)
 
     if len(modules) > 1:
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(modules))]
@@ -100,7 +106,20 @@ def parallel_apply(
     for output in results:
         if isinstance(output, ExceptionWrapper):
             output.reraise()
+        if isinstance(output, _Interrupted):
+            raise output.error
     return results
+
+
+@dataclass(frozen=True)
+class _Interrupted:
+    """A replica's BaseException that is not an Exception (KeyboardInterrupt, SystemExit).
+
+    Re-raised as the very object, with a note naming replica and device: rebuilding it from a
+    message, as ExceptionWrapper does, would change what it means (SystemExit's exit code).
+    """
+
+    error: BaseException
 
 
 def _check_lengths(

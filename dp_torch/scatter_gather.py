@@ -8,11 +8,15 @@ from typing import Any
 import torch
 
 from dp_torch._batch import (
+    check_all_none,
     check_concatenable,
+    check_dim,
+    check_no_hidden_batch,
     check_same_container,
     check_splittable,
     is_namedtuple,
     tensor_leaves,
+    with_article,
 )
 from dp_torch._devices import DeviceLike, accelerator_type, resolve_device, resolve_devices
 from dp_torch._functions import Gather, Scatter
@@ -30,9 +34,12 @@ def scatter(inputs: Any, target_devices: Sequence[DeviceLike], dim: int = 0) -> 
     Containers are rebuilt per device (tuples become lists of tuples); other objects are shared by
     reference. Fewer pieces than devices may result (batch 5 on 4 devices: 2, 2, 1). A piece that
     is already on its device is a view, others are copies. A bare tensor gives a tuple, else a list.
+    Objects that hold the batch where scatter cannot see it (a dataclass field) are refused.
     """
+    dim = check_dim(dim, "scatter")
     devices = _target_devices(target_devices, "scatter")
-    check_splittable(list(tensor_leaves(inputs, "inputs")), dim, "scatter")
+    batch = check_splittable(list(tensor_leaves(inputs, "inputs")), dim, "scatter")
+    check_no_hidden_batch(inputs, "inputs", batch, dim, "scatter")
     return _scatter(inputs, devices, dim)
 
 
@@ -44,9 +51,12 @@ def scatter_kwargs(
     Returns ``(args_per_replica, kwargs_per_replica)``. As in PyTorch, non-tensor kwargs reach every
     device, so positional args are padded with ``()`` (those replicas get no positional args).
     """
+    dim = check_dim(dim, "scatter_kwargs")
     devices = _target_devices(target_devices, "scatter_kwargs")
     leaves = [*tensor_leaves(inputs, "args"), *tensor_leaves(kwargs or {}, "kwargs")]
-    check_splittable(leaves, dim, "scatter_kwargs")
+    batch = check_splittable(leaves, dim, "scatter_kwargs")
+    check_no_hidden_batch(inputs, "args", batch, dim, "scatter_kwargs")
+    check_no_hidden_batch(kwargs or {}, "kwargs", batch, dim, "scatter_kwargs")
     scattered_inputs = _scatter(inputs, devices, dim) if inputs else []
     scattered_kwargs = _scatter(kwargs, devices, dim) if kwargs else []
     if len(scattered_inputs) < len(scattered_kwargs):
@@ -65,10 +75,12 @@ def scatter_kwargs(
 def gather(outputs: Sequence[Any], target_device: DeviceLike | None, dim: int = 0) -> Any:
     """Concatenate the replicas' outputs along ``dim`` on ``target_device`` (copies; differentiable).
 
-    Outputs are matched by structure (tensor, None, dict, namedtuple, list, tuple), led by replica 0.
+    Outputs are matched by structure (tensor, None, dict, namedtuple, list, tuple) and dtype, which
+    must be the same in every replica.
     All-scalar outputs with dim=0 become a vector of length len(outputs), with PyTorch's warning.
     ``target_device`` accepts "cpu", torch.device, int, -1 (CPU, deprecated) and None (current device).
     """
+    dim = check_dim(dim, "gather")
     if len(outputs) == 0:
         raise ValueError("gather: outputs is empty; pass one output per replica")
     return _gather(list(outputs), _gather_target(target_device), dim, "out")
@@ -111,6 +123,7 @@ def _gather(outputs: list[Any], target: torch.device, dim: int, path: str) -> An
         check_concatenable(outputs, dim, path)
         return Gather.apply(target, dim, *outputs)
     if out is None:
+        check_all_none(outputs, path)
         return None
     if isinstance(out, dict):
         check_same_container(outputs, path)
@@ -120,11 +133,8 @@ def _gather(outputs: list[Any], target: torch.device, dim: int, path: str) -> An
         items = [_gather(list(same), target, dim, f"{path}[{i}]") for i, same in enumerate(zip(*outputs))]
         return type(out)._make(items) if is_namedtuple(out) else type(out)(items)
     raise TypeError(
-        f"gather: {path} is {_a(type(out).__name__)} ({out!r:.60}); gather only joins tensors, None, dicts, "
+        f"gather: {path} is {with_article(type(out).__name__)} ({out!r:.60}); gather only joins tensors, None, dicts, "
         "lists, tuples and namedtuples of them. Return other values as tensors or outside the module "
         "(PyTorch would fail here or return a wrong value)"
     )
 
-
-def _a(noun: str) -> str:
-    return f"an {noun}" if noun[0].lower() in "aeiou" else f"a {noun}"

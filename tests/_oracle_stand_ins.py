@@ -64,7 +64,8 @@ def make_comm_stand_ins(n_devices: int) -> dict[str, Callable[..., Any]]:
     def gather(tensors, dim, destination):
         if destination is not None:  # None: the current device, which is the CPU too
             _check_indices([destination], n_devices)
-        return torch.cat(list(tensors), dim)  # C++ always allocates the result
+        # C++ always allocates the result, with replica 0's dtype, and copies every piece into it.
+        return torch.cat(list(tensors), dim).to(tensors[0].dtype)
 
     return {"_broadcast_coalesced": broadcast_coalesced, "_broadcast": broadcast,
             "_scatter": scatter, "_gather": gather}

@@ -71,12 +71,12 @@ def test_rebuild_rules_namedtuple_tuple_list_dict_and_shared_leaves():
         assert label == "label" and none is None
 
 
-def test_dataclass_is_shared_by_reference_not_split():
+def test_dataclass_without_the_batch_is_shared_by_reference_not_split():
     @dataclasses.dataclass
     class Holder:
         x: torch.Tensor
 
-    holder = Holder(torch.randn(4))
+    holder = Holder(torch.randn(3))  # a batch-sized tensor here is refused (test_torch_bad_inputs.py)
     per_device = dp_torch.scatter((torch.randn(4), holder), cpus(2))
     assert all(args[1] is holder for args in per_device)
 
@@ -259,8 +259,8 @@ def test_gather_of_a_dataclass_is_a_type_error():
         dp_torch.gather([Output(torch.ones(1)), Output(torch.ones(1))], "cpu")
 
 
-def test_gather_when_replica_0_returns_none_returns_none():
-    assert dp_torch.gather([None, torch.ones(1)], "cpu") is None
+def test_gather_when_every_replica_returns_none_returns_none():
+    assert dp_torch.gather([None, None, None], "cpu") is None
 
 
 def test_gather_of_nothing_is_an_error():
