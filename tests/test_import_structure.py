@@ -89,6 +89,21 @@ def test_no_import_cycle_in_the_three_packages():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+RENDERING = ("comparisons.render", "comparisons.report")  # report re-exports render
+ABOVE_RENDERING = {"comparisons", "comparisons.__main__", "comparisons.report"}
+
+
+def test_comparisons_is_layered_verdicts_then_judging_then_rendering():
+    graph = import_graph()
+    # verdicts names PlacementMap in a type hint only (under TYPE_CHECKING), nothing else of the package
+    assert {m for m in graph["comparisons.verdicts"] if m.startswith("comparisons")} <= {"comparisons.placement"}
+    below = {name: deps for name, deps in graph.items()
+             if name.startswith("comparisons") and name not in ABOVE_RENDERING and not name.startswith(RENDERING)}
+    upward = {name: sorted(d for d in deps if d.startswith(RENDERING)) for name, deps in below.items()}
+    assert {name: deps for name, deps in upward.items() if deps} == {}, "modules below rendering import it"
+    assert "comparisons._numerics" in below and "comparisons.harness" in below
+
+
 def test_the_cycle_finder_names_a_planted_cycle(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("from pkg.a import f\n")
