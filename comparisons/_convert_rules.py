@@ -6,8 +6,8 @@ a `ConversionError` naming the layer.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -148,6 +148,6 @@ RULES: dict[str, Rule] = {
     "lstm": Rule(("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"),
                   ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"), (),
                   _lstm_to_flax, _lstm_to_torch,
-                  lambda t, l, c: _lstm_to_flax(t, l, c, grads=True),
-                  lambda f, l, c: _lstm_to_torch(f, l, c, grads=True)),
+                  lambda tensors, layer, check: _lstm_to_flax(tensors, layer, check, grads=True),
+                  lambda leaves, layer, check: _lstm_to_torch(leaves, layer, check, grads=True)),
 }

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _helpers_harness import run_cli
+
 from comparisons.report import SCHEMA_VERSION
 
 

@@ -5,12 +5,13 @@ import json
 import re
 
 import pytest
-
 from _helpers_harness import small_report
+
 from comparisons.report import SCHEMA_VERSION
 
 TOP_LEVEL = {"schema_version", "model", "batch_size", "devices", "chunk_sizes", "strategies", "steps",
-             "optimizer", "dtype", "seed", "torch_devices", "tolerance", "ok", "checks", "placements", "notes", "layers"}
+             "optimizer", "dtype", "seed", "torch_devices", "tolerance", "ok", "checks", "placements", "notes",
+             "layers"}
 CHECK_FIELDS = {"subject", "compared", "passed", "max_abs", "rel_norm", "tolerance", "detail"}
 RECORD_FIELDS = {"replica", "path", "role", "device", "logical_index", "shape", "dtype", "aliases_original"}
 
@@ -90,8 +91,8 @@ def test_unknown_format_is_refused_with_the_choices():
 
 
 def test_rows_pair_torch_tensors_with_flax_ones_and_keep_leftovers_by_their_layer():
-    from comparisons.render.rows import aligned_rows
     from comparisons.placement import PlacementMap, PlacementRecord
+    from comparisons.render.rows import aligned_rows
 
     def placement(*keys):
         return PlacementMap(tuple(PlacementRecord(0, path, role, "cpu", 0, (2,), "float32") for role, path in keys))
