@@ -1,0 +1,127 @@
+"""Walking a module's replicas for what `replicate` shares instead of copying.
+
+`replicate` copies parameters, buffers and children (`_modules`) per device; every other entry of a
+module's `__dict__` is shared by reference with the original, so a tensor there stays on the device
+it was created on, and a module there (or in a plain list or dict) is the original, not the
+replica's copy. Cost: one pass over each replica's `__dict__`s and the containers in them.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+_INTERNALS = frozenset(vars(nn.Module())) | {"_is_replica", "_former_parameters", "_flat_weight_refs"}
+_MAX_DEPTH = 4  # containers nested deeper than this are not searched
+_MAX_ITEMS = 10_000
+
+
+@dataclass
+class Shared:
+    """A tensor or module found outside the registered slots of a replica."""
+
+    path: str                 # "encoder.layers[2].scale"
+    obj: object               # the tensor or module (the same object on every replica)
+    wrong_on: dict[int, str]  # replica index -> device the object's tensors are on, where not its own
+
+
+def module_attributes(module: nn.Module) -> Iterator[tuple[str, object]]:
+    """(name, value) for the __dict__ entries replicate shares by reference."""
+    for name, value in vars(module).items():
+        if name not in _INTERNALS and name not in module._parameters and name not in module._buffers:
+            yield name, value
+
+
+def _entries(prefix: str, value: object, depth: int = 0) -> Iterator[tuple[str, object]]:
+    """Tensors and modules in `value`, recursing into lists, tuples and dicts, with their paths."""
+    if isinstance(value, (torch.Tensor, nn.Module)):
+        yield prefix, value
+    elif depth < _MAX_DEPTH and isinstance(value, (list, tuple)):
+        for i, item in enumerate(value[:_MAX_ITEMS]):
+            yield from _entries(f"{prefix}[{i}]", item, depth + 1)
+    elif depth < _MAX_DEPTH and isinstance(value, dict):
+        for key, item in list(value.items())[:_MAX_ITEMS]:
+            yield from _entries(f"{prefix}[{key!r}]", item, depth + 1)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def module_tensors(module: nn.Module) -> list[torch.Tensor]:
+    """Parameters and buffers of `module` and of its children (registered ones only)."""
+    return [*module.parameters(), *module.buffers()]
+
+
+def _wrong_device(tensors: list[torch.Tensor], device: torch.device) -> str | None:
+    """The device of the first tensor not on `device` (0-dim CPU tensors act as scalars), or None."""
+    for tensor in tensors:
+        if tensor.device != device and not (tensor.device.type == "cpu" and tensor.dim() == 0):
+            return str(tensor.device)
+    return None
+
+
+def find_shared(replicas: list[nn.Module], devices: list[torch.device]) -> tuple[list[Shared], list[Shared]]:
+    """(tensors, modules) every replica reaches through plain attributes, with where each is misplaced.
+
+    A module with no tensors (a list of activations) is harmless and not returned; neither is a
+    tensor or module that is on every replica's own device.
+    """
+    found: dict[tuple[str, int], Shared] = {}
+    for index, (replica, device) in enumerate(zip(replicas, devices)):
+        for path, module in replica.named_modules():
+            for name, value in module_attributes(module):
+                for entry_path, obj in _entries(_join(path, name), value):
+                    tensors = module_tensors(obj) if isinstance(obj, nn.Module) else [obj]
+                    wrong = _wrong_device(tensors, device)
+                    if wrong is None:
+                        continue
+                    shared = found.setdefault((entry_path, id(obj)), Shared(entry_path, obj, {}))
+                    shared.wrong_on[index] = wrong
+    tensors = [s for s in found.values() if isinstance(s.obj, torch.Tensor)]
+    modules = [s for s in found.values() if isinstance(s.obj, nn.Module)]
+    return tensors, modules
+
+
+def state_snapshot(replicas: list[nn.Module]) -> list[dict[str, dict[str, object]]]:
+    """Per replica: module path -> {attribute: value}, for user-defined modules only.
+
+    torch's own modules may cache on self during forward (RNNs); that is not the user's state.
+    """
+    return [{path: {name: value for name, value in vars(m).items() if name not in _INTERNALS}
+             for path, m in replica.named_modules() if not _is_torch_class(m)}
+            for replica in replicas]
+
+
+def _is_torch_class(module: nn.Module) -> bool:
+    return type(module).__module__.split(".")[0] == "torch"
+
+
+def assigned_since(before: dict[str, dict[str, object]], replica: nn.Module) -> list[tuple[str, nn.Module, str]]:
+    """(module path, module, attribute) assigned on `replica` since `before` was taken."""
+    changed = []
+    for path, module in replica.named_modules():
+        if path not in before:
+            continue
+        for name, value in vars(module).items():
+            if name not in _INTERNALS and (name not in before[path] or before[path][name] is not value):
+                changed.append((path, module, name))
+    return changed
+
+
+def registered_slots(replica: nn.Module) -> list[tuple[str, torch.Tensor, bool]]:
+    """(path, tensor, expected_to_change) for every parameter and buffer slot of a replica.
+
+    A replica keeps its parameter copies in `_former_parameters` (as plain tensors in __dict__).
+    `expected_to_change` marks the buffers of torch's own layers (BatchNorm's running statistics),
+    whose replica-0-only update is DataParallel's documented behaviour.
+    """
+    slots = []
+    for path, module in replica.named_modules():
+        params = getattr(module, "_former_parameters", None) or module._parameters
+        slots.extend((_join(path, name), t, False) for name, t in params.items() if t is not None)
+        slots.extend((_join(path, name), t, _is_torch_class(module))
+                     for name, t in module._buffers.items() if t is not None)
+    return slots

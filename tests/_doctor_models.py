@@ -1,0 +1,155 @@
+"""Broken (and sound) models for the doctor's tests: each broken one triggers exactly one kind.
+
+A line the doctor should point at carries the comment `# doctor: <kind>`; the tests find the line
+number from that marker, so the expectation does not come from the doctor's own code.
+"""
+import torch
+from torch import nn
+
+COUNTER = torch.zeros(3)  # moved to vdev:0 by the test that uses GlobalOffset
+
+
+class PlainAttribute(nn.Module):
+    """`scale` is a plain attribute: shared from device 0 (unreplicated-tensor)."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(3, 4), Scaled())
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = [torch.ones(4), torch.full((4,), 2.0)]  # a list of tensors: not buffers
+
+    def forward(self, x):
+        return x * self.scale[1]
+
+
+class ListOfLayers(nn.Module):
+    """Sub-modules in a plain list (unreplicated-module)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(3, 4)
+        self.layers = [nn.Linear(4, 4), nn.Linear(4, 4)]
+
+    def forward(self, x):
+        x = self.inp(x)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class FixedDevice(nn.Module):
+    """A tensor made in forward with no device= (fixed-device-creation)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x):
+        noise = torch.ones(x.shape[0], 4)  # doctor: fixed-device-creation
+        return self.fc(x) + noise
+
+
+class CudaZero(nn.Module):
+    """A tensor made in forward on "cuda:0" (fixed-device-creation on replicas 1..)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x):
+        bias = torch.ones(4, device="cuda:0")  # doctor: fixed-device-creation
+        return self.fc(x) + bias
+
+
+class CudaCurrent(nn.Module):
+    """`.cuda()` and device="cuda" in forward: the replica's own device under DataParallel (clean)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+
+    def forward(self, x):
+        return self.fc(x) + torch.ones(4).cuda() + torch.zeros(4, device="cuda")
+
+
+class GlobalOffset(nn.Module):
+    """A module-level tensor on device 0 used in forward (cross-device-op)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.fc(x) - COUNTER  # doctor: cross-device-op
+
+
+class StepCounter(nn.Module):
+    """A buffer incremented in place in forward (lost-inplace-update on replicas 1..)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1  # doctor: lost-inplace-update
+        return self.fc(x)
+
+
+class CachesOutput(nn.Module):
+    """Stores its output on self (state-on-self)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        out = self.fc(x)
+        self.last_output = out  # doctor: state-on-self
+        return out
+
+
+class BatchSized(nn.Module):
+    """Reshapes with the global batch size, which each replica does not have (run-error)."""
+
+    def forward(self, x):
+        return x.reshape(8, -1)  # doctor: run-error
+
+
+class WithBatchNorm(nn.Module):
+    """BatchNorm in training mode: replica 0's running statistics are kept, by design (clean)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+
+class Sound(nn.Module):
+    """Everything registered, everything made on the input's device (clean)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(3, 3) for _ in range(2))
+        self.register_buffer("scale", torch.full((3,), 0.5), persistent=False)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x) * self.scale
+        return x + torch.arange(3, device=x.device)
+
+
+def mlp(depth: int = 10, width: int = 64) -> nn.Module:
+    """A depth-layer MLP, for the cost measurement."""
+    layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
+    return nn.Sequential(*layers)
