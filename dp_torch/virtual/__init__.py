@@ -120,6 +120,6 @@ def _register(n: int, name: str) -> None:
     global _installed
     from dp_torch.virtual.setup import register_backend
 
-    _vt.set_backend_name(name)
+    _vt.set_backend(name, n)
     _libraries.extend(register_backend(n, name))
     _installed = (n, name)

@@ -100,7 +100,16 @@ def _copy_from_and_resize(src, dst):
 
 
 def _index_of(device) -> int:
-    return 0 if device is None or device.index is None else device.index
+    return 0 if device is None or device.index is None else _vt.check_index(device.index)
+
+
+def _refuse_pin_memory(tensor, device=None):
+    raise RuntimeError(
+        "pin_memory(): dp_torch.virtual is installed, so PyTorch asks the current accelerator "
+        f"({torch._C._get_privateuse1_backend_name()}) for pinned memory, which virtual devices do not have. "
+        "Pinning only speeds up copies to a GPU: leave it out in this process "
+        "(DataLoader(..., pin_memory=False)), or run without virtual devices"
+    )
 
 
 def register_backend(n: int, name: str) -> list:
@@ -115,6 +124,8 @@ def register_backend(n: int, name: str) -> list:
     aten_lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     aten_lib.impl("_copy_from", _copy_from, "PrivateUse1")
     aten_lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
+    # Pinning asks the accelerator (now vdev) for a host allocator it cannot give: say so.
+    aten_lib.impl("_pin_memory", _refuse_pin_memory, "CPU")
     # Autocast on vdev is a no-op (no casting rules) rather than a crash.
     autocast_lib = torch.library.Library("_", "IMPL")
     autocast_lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")

@@ -30,13 +30,26 @@ _CPU = torch.device("cpu")
 _backend_name = "vdev"  # set by install(); used for device objects and messages
 
 
+_device_count = 0  # set by install(); indices past it are refused
 _devices: dict[int, torch.device] = {}  # index -> device, built once (hot path)
 
 
-def set_backend_name(name: str) -> None:
-    global _backend_name
-    _backend_name = name
+def set_backend(name: str, n: int) -> None:
+    global _backend_name, _device_count
+    _backend_name, _device_count = name, n
     _devices.clear()
+
+
+def check_index(index: int) -> int:
+    """``index`` if ``name:index`` was installed, else CUDA's "invalid device ordinal" error."""
+    if not 0 <= index < _device_count:
+        last = _device_count - 1
+        raise RuntimeError(
+            f"{_backend_name} error: invalid device ordinal: {_backend_name}:{index} does not exist; "
+            f"install({_device_count}) made {_backend_name}:0 .. {_backend_name}:{last}; "
+            f"pass an index up to {last} (or install more devices, in a fresh process)"
+        )
+    return index
 
 
 def device_of(index: int) -> torch.device:
@@ -94,6 +107,27 @@ class VTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         return run_on_cpu(func, args, kwargs or {})
+
+    # Python-level Tensor methods that never reach __torch_dispatch__.
+    def tolist(self):
+        return self._data.tolist()  # CUDA copies to the host here too
+
+    def numpy(self, *, force: bool = False):
+        if force:
+            return self.cpu().numpy(force=True)
+        raise TypeError(
+            f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy the "
+            "tensor to host memory first."
+        )
+
+    def untyped_storage(self):
+        raise RuntimeError(
+            f"{self.device} tensors have no storage of their own: a virtual device keeps a tensor's values "
+            "in a CPU tensor. For aliasing checks use dp_torch.virtual.cpu_view(t).untyped_storage() or "
+            "virtual.shares_memory(a, b); for the values, call .cpu() first"
+        )
+
+    storage = untyped_storage
 
 
 def _rebuild(data: torch.Tensor, index: int, requires_grad: bool) -> VTensor:
@@ -170,7 +204,7 @@ def _target_index(kwargs: dict, default):
     if device.type != _backend_name:
         return None
     kwargs["device"] = _CPU
-    return 0 if device.index is None else device.index
+    return 0 if device.index is None else check_index(device.index)
 
 
 def run_on_cpu(func, args, kwargs):

@@ -351,3 +351,55 @@ def test_backward_leaves_the_threads_autograd_multithreading_flag_as_it_was():
     (w * w).sum().backward()
     assert torch._C._is_multithreading_enabled()
     torch.testing.assert_close(w.grad.cpu(), 2 * w.detach().cpu())
+
+
+# --- limits: an index past install(n), and what has no vdev counterpart -------------------------
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.zeros(2, device=d),
+    lambda d: torch.empty((2, 3), device=d),
+    lambda d: torch.tensor([1.0, 2.0], device=d),
+    lambda d: torch.randn(3, device=d),
+    lambda d: torch.arange(4.0).to(d),
+    lambda d: torch.ones(2, device="vdev:1").to(d),
+    lambda d: nn.Linear(2, 2).to(d),
+], ids=["zeros", "empty", "tensor", "randn", "to_from_cpu", "to_from_vdev", "module_to"])
+@pytest.mark.parametrize("index", [4, 7, 9])
+def test_an_index_past_the_installed_count_is_an_invalid_device_ordinal_like_cuda(make, index):
+    with pytest.raises(RuntimeError, match=rf"invalid device ordinal: vdev:{index} does not exist; "
+                                           r"install\(4\) made vdev:0 \.\. vdev:3"):
+        make(f"vdev:{index}")
+
+
+def test_tolist_copies_the_values_like_cuda():
+    values = torch.randn(3, 2)
+    assert torch.as_tensor(values).to(vdev(2)).tolist() == values.tolist()
+    assert torch.arange(5, device=vdev(1))[3].tolist() == 3
+
+
+def test_numpy_is_refused_like_cuda_naming_vdev_and_cpu():
+    x = torch.randn(3, device=vdev(1))
+    with pytest.raises(TypeError, match=r"can't convert vdev:1 device type tensor to numpy\. Use Tensor\.cpu\(\)"):
+        x.numpy()
+    assert x.numpy(force=True).tolist() == x.cpu().tolist()
+
+
+@pytest.mark.parametrize("method", ["untyped_storage", "storage"])
+def test_storage_access_names_vdev_and_the_ways_out(method):
+    x = torch.randn(3, device=vdev(2))
+    with pytest.raises(RuntimeError, match=r"vdev:2 tensors have no storage of their own.*virtual\.cpu_view\(t\)"
+                                           r".*\.cpu\(\) first"):
+        getattr(x, method)()
+
+
+@pytest.mark.parametrize("tensor", [lambda: torch.ones(2), lambda: torch.ones(2, device=vdev(1))], ids=["cpu", "vdev"])
+def test_pin_memory_names_vdev_and_the_way_out(tensor):
+    with pytest.raises(RuntimeError, match=r"pin_memory\(\): .*dp_torch\.virtual is installed.*pin_memory=False"):
+        tensor().pin_memory()
+
+
+def test_a_data_loader_with_pin_memory_names_the_way_out():
+    loader = torch.utils.data.DataLoader(torch.arange(4.0), batch_size=2, pin_memory=True)
+    with pytest.raises(RuntimeError, match=r"DataLoader\(\.\.\., pin_memory=False\)"):
+        list(loader)
