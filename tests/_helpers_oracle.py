@@ -68,14 +68,6 @@ def assert_same_run(stock: Run, ours: Run, rtol: float = 1e-5, atol: float = 1e-
     else:
         assert type(stock.error) is expect_error, f"stock raised {_summary(stock.error)}, expected {expect_error}"
         assert type(ours.error) is expect_error, f"dp_torch raised {_summary(ours.error)}, expected {expect_error}"
-
-
-def _summary(error: BaseException | None) -> str:
-    """The error's type and the last line of its message (a replica's error ends with its cause)."""
-    if error is None:
-        return "nothing"
-    last_line = (str(error).strip().splitlines() or [""])[-1]
-    return f"{type(error).__name__} ({last_line})"
     assert ours.warnings == stock.warnings
     assert_same_tree(stock.output, ours.output, rtol, atol)
     assert ours.grads.keys() == stock.grads.keys()
@@ -84,6 +76,14 @@ def _summary(error: BaseException | None) -> str:
     assert ours.state.keys() == stock.state.keys()
     for name in stock.state:
         assert_same_tree(stock.state[name], ours.state[name], rtol, atol, path=f"state {name}")
+
+
+def _summary(error: BaseException | None) -> str:
+    """The error's type and the last line of its message (a replica's error ends with its cause)."""
+    if error is None:
+        return "nothing"
+    last_line = (str(error).strip().splitlines() or [""])[-1]
+    return f"{type(error).__name__} ({last_line})"
 
 
 def assert_same_tree(expected: Any, actual: Any, rtol: float, atol: float, path: str = "out") -> None:
