@@ -1,9 +1,9 @@
 """Run a ModelPair's two halves on the same weights and inputs, and measure how far apart they are."""
 from __future__ import annotations
 
+import jax
 import numpy as np
 import torch
-import jax
 
 # float32 torch vs XLA is not bitwise (spec §6): max-abs or relative-norm within 1e-5; float64: 1e-12
 TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}

@@ -4,8 +4,9 @@ from __future__ import annotations
 import copy
 import warnings
 from collections import namedtuple
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -4,9 +4,8 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch import nn
-
 from _zoo_torch import BufferWithGrad, TiedLM  # noqa: F401  (TiedLM: re-exported for the tests)
+from torch import nn
 
 
 def cpus(n: int) -> list[str]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch._utils import (
@@ -17,7 +18,6 @@ from torch._utils import (
     _take_tensors,
     _unflatten_dense_tensors,
 )
-
 
 # --- stand-ins for the CUDA-only torch._C comm primitives -----------------------------------
 

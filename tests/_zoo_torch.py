@@ -5,8 +5,8 @@ tests/ on sys.path in their conftest) and the dp_torch unit tests (via _helpers_
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn

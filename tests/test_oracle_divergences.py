@@ -6,11 +6,11 @@ from unittest import mock
 
 import pytest
 import torch
+import torch_oracle
 from torch import nn
+from torch_oracle import stock  # noqa: F401  (pytest fixture)
 
 import dp_torch
-import torch_oracle
-from torch_oracle import stock  # noqa: F401  (pytest fixture)
 
 
 @dataclass

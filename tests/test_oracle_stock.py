@@ -4,11 +4,10 @@ import threading
 
 import pytest
 import torch
-from torch import nn
-
 import torch_oracle
 from _helpers_oracle import aliasing_table, weighted_sum
 from _zoo_torch import MLP
+from torch import nn
 from torch_oracle import stock, stock_parallel_on_cpu  # noqa: F401  (stock is a fixture)
 
 

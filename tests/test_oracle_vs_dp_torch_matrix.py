@@ -9,12 +9,12 @@ import copy
 
 import pytest
 import torch
-
-import dp_torch
 from _cases_torch import DEFAULT_CASES, SLOW_CASES, Case
 from _helpers_oracle import assert_same_run, record
 from _zoo_torch import make_model, model_input
 from torch_oracle import stock  # noqa: F401  (pytest fixture)
+
+import dp_torch
 
 
 def case_id(case: Case) -> str:
@@ -33,8 +33,8 @@ def run_class(stock, case: Case, steps=2):
     for _ in range(steps):
         x = model_input(name, batch, gen, dim)
         with torch.set_grad_enabled(grad):
-            expected = record(lambda: stock_dp(x), stock_model)
-            actual = record(lambda: ours_dp(x), ours_model)
+            expected = record(lambda x=x: stock_dp(x), stock_model)
+            actual = record(lambda x=x: ours_dp(x), ours_model)
         assert_same_run(expected, actual, expect_error=case.error)
     return expected
 

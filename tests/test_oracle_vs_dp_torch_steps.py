@@ -4,12 +4,12 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from torch import nn
-
-import dp_torch
 from _helpers_oracle import Pair, aliasing, aliasing_table, assert_same_tree
 from _zoo_torch import MODELS, make_model, model_input
+from torch import nn
 from torch_oracle import stock  # noqa: F401  (pytest fixture)
+
+import dp_torch
 
 
 @dataclass

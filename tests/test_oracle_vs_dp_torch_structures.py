@@ -3,11 +3,11 @@ import copy
 
 import pytest
 import torch
+from _helpers_oracle import Pair, aliasing, assert_same_run, record
 from torch import nn
+from torch_oracle import stock  # noqa: F401  (pytest fixture)
 
 import dp_torch
-from _helpers_oracle import Pair, aliasing, assert_same_run, record
-from torch_oracle import stock  # noqa: F401  (pytest fixture)
 
 
 class Nested(nn.Module):

@@ -19,13 +19,13 @@ import importlib
 import inspect
 import threading
 import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 from unittest import mock
 
 import pytest
 import torch
-
 from _oracle_stand_ins import (
     TorchView,
     accelerator_autocast_enabled,

@@ -1,12 +1,12 @@
 """dp_torch placement on distinct virtual devices, and a planted bug only vdevs can see."""
 import pytest
 import torch
+from _helpers_virtual import misplaced, on_device, replica_tensors, tensors_of, vdev
+from _zoo_torch import MLP, MODELS, Tied, make_model
 from torch import nn
 
 import dp_torch
 from dp_torch import virtual
-from _helpers_virtual import misplaced, on_device, replica_tensors, tensors_of, vdev
-from _zoo_torch import MLP, MODELS, Tied, make_model
 
 SAME_DEVICE = "Expected all tensors to be on the same device, but found at least two devices"
 

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from _cases_torch import DEFAULT_CASES, SLOW_CASES, Case
+from _helpers_virtual import on_device, replica_tensors, tensors_of
+from _zoo_torch import ConvBN, make_model, model_input
 from torch import nn
 
 import dp_torch
 from dp_torch import virtual
-from _cases_torch import DEFAULT_CASES, SLOW_CASES, Case
-from _helpers_virtual import on_device, replica_tensors, tensors_of
-from _zoo_torch import ConvBN, make_model, model_input
 
 
 class StockDataParallel(nn.DataParallel):
