@@ -75,10 +75,30 @@ def scatter(tensor, devices: list[int], chunk_sizes=None, dim: int = 0, streams=
             f"Expected devices and chunk_sizes to be of same length, but got "
             f"len(devices) = {len(devices)} and len(chunk_sizes) = {len(chunk_sizes)}"
         )
-    chunks = (tensor.split(list(chunk_sizes), dim) if chunk_sizes is not None
-              else tensor.chunk(len(devices), dim))
+    chunks = (tensor.split(_checked_chunk_sizes(chunk_sizes, tensor.size(dim)), dim)
+              if chunk_sizes is not None else tensor.chunk(len(devices), dim))
     source = tensor.get_device()
     return [c if d == source else c.to(_device(d)) for c, d in zip(chunks, devices)]
+
+
+def _checked_chunk_sizes(chunk_sizes, size: int) -> list[int]:
+    """comm.cpp's checks (sum first, then each size > 0), naming the offending entry."""
+    for i, n in enumerate(chunk_sizes):
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise TypeError(f"scatter: chunk_sizes[{i}]={n!r} is not an int; pass one int row count per device")
+    total = sum(chunk_sizes)
+    if total != size:
+        raise RuntimeError(
+            f"given chunk sizes don't sum up to the tensor's size (sum(chunk_sizes) == {total}, but expected "
+            f"{size}); pass sizes that add up to {size}"
+        )
+    for i, n in enumerate(chunk_sizes):
+        if n <= 0:
+            raise RuntimeError(
+                f"Chunk size must be positive: chunk_sizes[{i}]={n}; give every device at least one row, "
+                "or scatter to fewer devices"
+            )
+    return list(chunk_sizes)
 
 
 def scatter_out(tensor, out, dim: int = 0, streams=None):

@@ -80,6 +80,19 @@ def test_scatter_keeps_source_device_chunks_as_views_and_copies_the_rest(batch, 
         assert virtual.shares_memory(chunk, x) == (i == 1)
 
 
+@pytest.mark.parametrize(("chunk_sizes", "error", "message"), [
+    ([0, 5], RuntimeError, r"Chunk size must be positive: chunk_sizes\[0\]=0"),
+    ([6, -1], RuntimeError, r"Chunk size must be positive: chunk_sizes\[1\]=-1"),
+    ([2, 2], RuntimeError, r"given chunk sizes don't sum up to the tensor's size \(sum\(chunk_sizes\) == 4, "
+                           r"but expected 5\)"),
+    ([2.5, 2.5], TypeError, r"chunk_sizes\[0\]=2.5 is not an int"),
+], ids=["zero", "negative", "wrong_sum", "float"])
+def test_scatter_refuses_chunk_sizes_like_cpp_comm_naming_the_entry(chunk_sizes, error, message):
+    x = torch.randn(5, 2, device=vdev(0))
+    with virtual.stock_comm(), pytest.raises(error, match=message):
+        comm.scatter(x, [0, 1], chunk_sizes=chunk_sizes)
+
+
 def test_scatter_from_cpu_copies_every_chunk():
     x = torch.randn(6, 2)
     with virtual.stock_comm():
