@@ -57,7 +57,20 @@ def _short(filename: str) -> str:
 
 def user_line_of(traceback) -> str | None:
     """'file.py:line' of the innermost user frame in an exception's traceback, or None."""
-    skip = _library_dirs()
+    return _innermost_user_line(traceback, _library_dirs())
+
+
+def error_line(error: BaseException) -> str | None:
+    """The user's line behind an error, the innermost cause first (`raise ... from` wraps replica errors)."""
+    chain = []
+    while error is not None and len(chain) < 16:
+        chain.append(error)
+        error = error.__cause__
+    lines = (user_line_of(e.__traceback__) for e in reversed(chain))
+    return next((line for line in lines if line is not None), None)
+
+
+def _innermost_user_line(traceback, skip: list[str]) -> str | None:
     found = None
     while traceback is not None:
         code = traceback.tb_frame.f_code

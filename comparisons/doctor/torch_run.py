@@ -17,7 +17,7 @@ from torch.utils._pytree import tree_leaves
 
 import dp_torch
 from comparisons.doctor.findings import DoctorReport
-from comparisons.doctor.source import assignment_line, user_line_of
+from comparisons.doctor.source import assignment_line, error_line
 from comparisons.doctor.torch_cuda_names import CudaAsReplicaDevice
 from comparisons.doctor.torch_probe import Origin, Recorder, ReplicaProbe, memory_span
 from comparisons.doctor.torch_report import findings_of
@@ -52,7 +52,7 @@ def doctor_torch(module: nn.Module, *inputs: Any, devices: int | Sequence[torch.
             _backward(output, recorder, notes)
     except Exception as error:  # noqa: BLE001 - any failure of the user's model is a finding
         if not recorder.errors:
-            recorder.errors.append((error, user_line_of(error.__traceback__) or "DataParallel", None))
+            recorder.errors.append((error, error_line(error) or "DataParallel", None))
     if model.replicas_run < len(device_list):
         notes.append(f"the batch gave {model.replicas_run} chunk(s) for {len(device_list)} devices, so only "
                      f"replicas 0..{model.replicas_run - 1} ran; use a batch of at least {len(device_list)}")
@@ -142,7 +142,7 @@ class _ProbedReplica:
             try:
                 output = self.module(*args, **kwargs)
             except Exception as error:
-                self.recorder.errors.append((error, user_line_of(error.__traceback__), self.index))
+                self.recorder.errors.append((error, error_line(error), self.index))
                 raise
         _check_outputs(self.recorder, self.index, output)
         return output

@@ -1,0 +1,190 @@
+"""`python -m comparisons doctor TARGET`: load the user's model, make inputs, run a doctor, print.
+
+TARGET is `package.module:factory` or `path/to/file.py:factory`. The factory returns a torch
+`nn.Module` (torch doctor), or a Flax module, or `(flax_module, variables)` (JAX doctor). Exit
+status: 0 nothing found, 1 findings, 2 bad usage (message on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from comparisons.doctor.render import FORMATS
+
+
+class UsageError(ValueError):
+    """A bad TARGET, --inputs or option: the CLI exits with status 2."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", help="package.module:factory or path/to/file.py:factory; the factory returns "
+                                       "a torch nn.Module, a Flax module, or (flax_module, variables)")
+    parser.add_argument("--input-shape", action="append", metavar="SHAPE", default=[],
+                        help="an input's shape, batch first, e.g. 8,3; repeatable for several inputs")
+    parser.add_argument("--dtype", default="float32",
+                        help="dtype of --input-shape inputs (default float32; integer dtypes draw 0..9)")
+    parser.add_argument("--inputs", metavar="MODULE:FUNCTION",
+                        help="make_inputs(batch_size) returning the args, or (args, kwargs)")
+    parser.add_argument("--batch", type=int, help="batch size passed to --inputs (default 2 x --devices)")
+    parser.add_argument("--devices", type=int, default=4, help="number of devices (default 4)")
+    parser.add_argument("--backward", action="store_true",
+                        help="also run backward on the sum of the floating outputs (torch)")
+    parser.add_argument("--format", default="table", choices=FORMATS, help="output format (default table)")
+    parser.add_argument("--out", help="write the report here instead of stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    """The doctor subcommand: 0 clean, 1 findings, 2 bad usage."""
+    _set_jax_cpu_devices(max(8, args.devices))
+    try:
+        report = _diagnose(args)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    text = report.render(args.format)
+    if args.out:
+        try:
+            Path(args.out).write_text(text + "\n", encoding="utf-8")
+        except OSError as error:
+            print(f"error: cannot write {args.out}: {error}", file=sys.stderr)
+            return 2
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text + "\n")
+    return 0 if report.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m comparisons doctor", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def _diagnose(args: argparse.Namespace):
+    if args.devices < 2:
+        raise UsageError(f"--devices {args.devices}: DataParallel problems need at least 2 devices; pass 2 or more")
+    if bool(args.input_shape) == bool(args.inputs):
+        raise UsageError("pass the inputs as --input-shape SHAPE (repeatable) or as --inputs MODULE:FUNCTION, "
+                         "exactly one of the two")
+    made = _call(load(args.target, "TARGET"), args.target)
+    backend, model, variables = _classify(made, args.target)
+    batch = args.batch if args.batch is not None else 2 * args.devices
+    inputs, kwargs = (_random_inputs(args.input_shape, args.dtype, backend) if args.input_shape
+                      else _user_inputs(args.inputs, batch))
+    name = args.target.rsplit(":", 1)[-1]
+    try:
+        if backend == "torch":
+            from comparisons.doctor.torch_run import doctor_torch
+
+            return doctor_torch(model, *inputs, devices=args.devices, backward=args.backward, kwargs=kwargs,
+                                target=name)
+        from comparisons.doctor.jax_probe import doctor_jax
+
+        if variables is None:
+            variables = _flax_init(model, inputs, kwargs)
+        return doctor_jax(model.apply, variables, *inputs, devices=args.devices, kwargs=kwargs, target=name)
+    except ValueError as error:  # the doctors' refusals (too few devices, ...)
+        raise UsageError(str(error)) from error
+
+
+def load(spec: str, what: str) -> Any:
+    """The object named by 'package.module:name' or 'path/to/file.py:name'."""
+    module_name, sep, attribute = spec.rpartition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageError(f"{what} {spec!r}: expected package.module:name or path/to/file.py:name")
+    if module_name.endswith(".py") or os.sep in module_name:
+        module = _load_file(Path(module_name), what)
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise UsageError(f"{what} {spec!r}: cannot import {module_name!r} ({error}); run from the directory "
+                             f"that holds the package, or pass path/to/file.py:{attribute}") from error
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise UsageError(f"{what} {spec!r}: {module_name} has no attribute {attribute!r}") from None
+
+
+def _load_file(path: Path, what: str):
+    if not path.is_file():
+        raise UsageError(f"{what}: no file {str(path)!r}")
+    name = f"_doctor_target_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # inspect finds class sources through sys.modules
+    sys.path.insert(0, str(path.resolve().parent))  # the file's own imports of its neighbours
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001 - a broken target file is bad usage
+        raise UsageError(f"{what}: importing {str(path)!r} raised {type(error).__name__}: {error}") from error
+    return module
+
+
+def _call(factory: Any, spec: str, *args: Any) -> Any:
+    if not callable(factory):
+        raise UsageError(f"{spec!r} is a {type(factory).__name__}, not a callable")
+    try:
+        return factory(*args)
+    except Exception as error:  # noqa: BLE001 - the user's factory failing is bad usage, not a finding
+        raise UsageError(f"calling {spec}({', '.join(map(repr, args))}) raised {type(error).__name__}: "
+                         f"{error}") from error
+
+
+def _classify(made: Any, spec: str) -> tuple[str, Any, Any]:
+    """('torch', module, None) or ('jax', flax_module, variables or None)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(made, torch.nn.Module):
+        return "torch", made, None
+    linen = sys.modules.get("flax.linen")
+    if linen is not None:
+        if isinstance(made, linen.Module):
+            return "jax", made, None
+        if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], linen.Module):
+            return "jax", made[0], made[1]
+    raise UsageError(f"TARGET {spec!r} returned a {type(made).__name__}; return a torch nn.Module, a Flax "
+                     "linen Module, or (flax_module, variables)")
+
+
+def _random_inputs(shapes: list[str], dtype: str, backend: str) -> tuple[tuple, dict]:
+    import numpy as np
+
+    try:
+        parsed = [tuple(int(n) for n in shape.split(",") if n.strip()) for shape in shapes]
+        np_dtype = np.dtype(dtype)
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"--input-shape {shapes} / --dtype {dtype!r}: {error}; shapes look like 8,3") from error
+    rng = np.random.default_rng(0)
+    arrays = [rng.integers(0, 10, shape).astype(np_dtype) if np_dtype.kind in "iu"
+              else rng.standard_normal(shape).astype(np_dtype) for shape in parsed]
+    if backend == "torch":
+        import torch
+
+        return tuple(torch.from_numpy(a) for a in arrays), {}
+    return tuple(arrays), {}
+
+
+def _user_inputs(spec: str, batch: int) -> tuple[tuple, dict]:
+    made = _call(load(spec, "--inputs"), spec, batch)
+    if (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], (tuple, list))
+            and isinstance(made[1], dict)):
+        return tuple(made[0]), dict(made[1])
+    return (tuple(made) if isinstance(made, (tuple, list)) else (made,)), {}
+
+
+def _flax_init(model: Any, inputs: tuple, kwargs: dict) -> Any:
+    import jax
+
+    return model.init(jax.random.key(0), *inputs, **kwargs)
+
+
+def _set_jax_cpu_devices(count: int) -> None:
+    """JAX reads its CPU device count when it starts; set it before a target imports JAX."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()

@@ -1,0 +1,227 @@
+"""`doctor_jax`: what an apply function closes over and does in Python, seen by tracing it once.
+
+Two kinds exist in JAX, where torch has six: a JAX function has no module tree to copy, so only the
+counterparts of "shared, not replicated" (`closed-over-array`) and "state outside the function's
+outputs" (`side-effect-in-trace`) remain. Cost: one trace (`jax.make_jaxpr`, no compile), then
+two dp_jax.DataParallel calls (the first compiles per device) to count how often Python runs.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import inspect
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from comparisons.doctor.findings import FIXES, DoctorReport, Finding, replica_list
+from comparisons.doctor.jax_reach import Reached, functions_of, reachable
+from comparisons.doctor.source import error_line, is_user_file, user_line
+
+
+def doctor_jax(apply_fn: Any, variables: Any, *inputs: Any, devices: int | Sequence[Any] = 4,
+               kwargs: dict[str, Any] | None = None, target: str | None = None) -> DoctorReport:
+    """Report arrays `apply_fn` closes over that are committed to one device, and trace-time effects.
+
+    Args:
+        apply_fn: `apply_fn(variables, *inputs, **kwargs)`, e.g. a Flax module's `apply`.
+        variables: the variables pytree (what dp_jax.replicate copies to every device).
+        *inputs: the whole batch (dp_jax.scatter splits it).
+        devices: a count (the first N of `jax.devices()`) or a list of devices; at least 2.
+        kwargs: keyword inputs.
+        target: a name for the report.
+    Returns:
+        A DoctorReport with backend 'jax'. Runs the function's Python once per trace: one trace here
+        and one per device in the first DataParallel call, so its side effects happen again.
+    """
+    import jax
+
+    device_list = _devices(devices)
+    kwargs = kwargs or {}
+    reached = reachable(apply_fn)
+    functions = functions_of(reached, apply_fn)
+    before = {item.name: _state(item) for item in reached}
+    name = target or getattr(apply_fn, "__qualname__", type(apply_fn).__name__)
+    with _recording_prints() as printed:
+        try:
+            closed = jax.make_jaxpr(lambda v, *a: apply_fn(v, *a, **kwargs))(variables, *inputs)
+        except Exception as error:  # noqa: BLE001 - the user's function failing to trace is a finding
+            return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list),
+                                (_error_finding(error, "tracing the apply function"),))
+    findings = _closed_over(closed.consts, reached, device_list)
+    changed = [item for item in reached if _state(item) != before[item.name]]
+    notes: list[str] = []
+    if changed or printed:
+        traces, error = _count_traces(apply_fn, variables, inputs, kwargs, device_list)
+        findings += [_side_effect(item, functions, traces) for item in changed]
+        findings += [_print_effect(line, traces) for line in dict.fromkeys(printed)]
+        notes.append("to count traces the doctor called dp_jax.DataParallel twice, so the side effects ran again")
+    else:
+        error = _run_data_parallel(apply_fn, variables, inputs, kwargs, device_list)
+    if error is not None:
+        findings.append(error)
+    return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list), tuple(findings), tuple(notes))
+
+
+def _devices(devices: int | Sequence[Any]) -> list:
+    import jax
+
+    if isinstance(devices, int):
+        available = jax.devices()
+        if devices < 2 or len(available) < devices:
+            raise ValueError(
+                f"doctor_jax: devices={devices}, and JAX has {len(available)} devices; pass 2 or more, and on "
+                f"a CPU set XLA_FLAGS=--xla_force_host_platform_device_count={max(devices, 2)} before JAX starts")
+        return available[:devices]
+    device_list = list(devices)
+    if len(set(device_list)) < 2:
+        raise ValueError(f"doctor_jax: devices={device_list}; pass at least 2 distinct jax devices")
+    return device_list
+
+
+def _device_name(device: Any) -> str:
+    return f"{device.platform}:{device.id}"
+
+
+def _closed_over(consts: list, reached: list[Reached], devices: list) -> list[Finding]:
+    """A constant of the trace that is a committed array on one device (named when the walk saw it)."""
+    named = {id(item.value): item for item in reached}
+    findings = []
+    for const in consts:
+        on = _single_committed_device(const)
+        if on is None:
+            continue
+        item = named.get(id(const))
+        where = item.name if item else f"an array {const.dtype}{list(const.shape)}"
+        source = _first_mention(item.functions, item.name.split(".")[0]) if item else None
+        replicas = tuple(i for i, d in enumerate(devices) if d != on)
+        message = (f"closed over by the apply function, committed to {_device_name(on)}: it is not in the "
+                   f"variables, so dp_jax.replicate never copies it; jit bakes it into every replica's "
+                   f"program as a constant (copied per compile, never trained, stale if rebound), and "
+                   f"op by op {replica_list(replicas)} fail with 'Received incompatible devices'")
+        findings.append(Finding("closed-over-array", where, replicas, (_device_name(on),), message,
+                                FIXES["closed-over-array"], source))
+    return findings
+
+
+def _single_committed_device(value: Any):
+    import jax
+
+    if not isinstance(value, jax.Array) or isinstance(value, jax.core.Tracer) or not value.committed:
+        return None
+    devices = value.devices()
+    return next(iter(devices)) if len(devices) == 1 else None
+
+
+def _state(item: Reached) -> object:
+    """A cheap fingerprint of what a side effect changes: rebinding, container contents, attributes."""
+    value = item.global_of.get(item.name.split(".")[-1]) if item.global_of is not None else item.value
+    if isinstance(value, (list, tuple)):
+        contents = tuple(map(id, value))
+    elif isinstance(value, dict):
+        contents = tuple((k, id(v)) for k, v in value.items())
+    elif isinstance(value, set):
+        contents = frozenset(map(id, value))
+    elif hasattr(value, "__dict__") and not callable(value):
+        contents = tuple((k, id(v)) for k, v in vars(value).items())
+    else:
+        contents = None
+    return id(value), contents
+
+
+@contextlib.contextmanager
+def _recording_prints():
+    """print() during the trace: record the user's line, then print as usual."""
+    lines: list[str] = []
+    original = builtins.print
+
+    def recording_print(*args, **kwargs):
+        lines.append(user_line() or "print")
+        return original(*args, **kwargs)
+
+    builtins.print = recording_print
+    try:
+        yield lines
+    finally:
+        builtins.print = original
+
+
+def _count_traces(apply_fn, variables, inputs, kwargs, devices) -> tuple[list[int], Finding | None]:
+    """How often the function's Python runs in a first and a second dp_jax.DataParallel call."""
+    counts = [0]
+
+    def counted(v, *a, **k):
+        counts[0] += 1
+        return apply_fn(v, *a, **k)
+
+    traces = []
+    for _ in range(2):
+        start = counts[0]
+        error = _run_data_parallel(counted, variables, inputs, kwargs, devices)
+        traces.append(counts[0] - start)
+        if error is not None:
+            return traces, error
+    return traces, None
+
+
+def _run_data_parallel(apply_fn, variables, inputs, kwargs, devices) -> Finding | None:
+    import dp_jax
+
+    try:
+        dp_jax.data_parallel(apply_fn, variables, tuple(inputs), device_ids=devices, module_kwargs=kwargs or None)
+    except Exception as error:  # noqa: BLE001 - the user's function failing is a finding
+        return _error_finding(error, "dp_jax.DataParallel")
+    return None
+
+
+def _error_finding(error: BaseException, during: str) -> Finding:
+    line = error_line(error)
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return Finding("run-error", line or during, (), (), f"{during} failed with {type(error).__name__}: {text}",
+                   FIXES["run-error"], line)
+
+
+def _traces_words(traces: list[int]) -> str:
+    if not traces:
+        return "JAX runs Python once per trace, not once per step"
+    first, second = traces[0], traces[1] if len(traces) > 1 else 0
+    return (f"JAX runs Python once per trace, not per step: in one dp_jax.DataParallel call it ran {first} "
+            f"time(s) (a trace per device), in the next {second} (cached)")
+
+
+def _side_effect(item: Reached, functions: list, traces: list[int]) -> Finding:
+    name = item.name.split(".")[0]
+    source = _first_mention(item.functions or tuple(functions), name)
+    what = "rebinds the global" if _rebound(item) else "changes"
+    message = (f"tracing the apply function {what} {item.name} ({type(item.value).__name__}); "
+               f"{_traces_words(traces)}, so it does not happen once per replica or per step, and what it "
+               f"stores are tracers, not values")
+    return Finding("side-effect-in-trace", item.name, (), (), message, FIXES["side-effect-in-trace"], source)
+
+
+def _rebound(item: Reached) -> bool:
+    return item.global_of is not None and item.global_of.get(item.name) is not item.value
+
+
+def _print_effect(line: str, traces: list[int]) -> Finding:
+    message = f"print() during tracing prints tracers, not values; {_traces_words(traces)}"
+    return Finding("side-effect-in-trace", line, (), (), message, FIXES["side-effect-in-trace"], line)
+
+
+def _first_mention(functions, name: str) -> str | None:
+    """'file.py:line' of the first line in these functions' source that names `name`."""
+    pattern = re.compile(rf"(?<![\w.]){re.escape(name)}\b")
+    for fn in reversed(tuple(functions)):
+        try:
+            lines, first = inspect.getsourcelines(fn)
+            filename = inspect.getsourcefile(fn)
+        except (OSError, TypeError):
+            continue
+        if not filename or not is_user_file(filename):
+            continue
+        for offset, text in enumerate(lines[1:], 1):
+            if pattern.search(text.split("#")[0]) and not text.strip().startswith("global "):
+                from comparisons.doctor.source import _short
+
+                return f"{_short(filename)}:{first + offset}"
+    return None
