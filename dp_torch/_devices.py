@@ -55,6 +55,11 @@ def resolve_device(value: DeviceLike, arg_name: str) -> torch.device:
     if device.index is None:
         device = torch.device(device.type, _current_index(device.type))
     count = device_count(device.type)
+    if count == 0:
+        raise ValueError(
+            f"{arg_name}={value!r} names {device}, but this machine has no {device.type} device; pass 'cpu' "
+            "(repeat it, e.g. ['cpu', 'cpu'], for several CPU replicas)"
+        )
     if device.index >= count:
         existing = ", ".join(f"{device.type}:{i}" for i in range(count)) or "none"
         raise ValueError(
@@ -78,7 +83,10 @@ def _parse(value: Any, arg_name: str) -> torch.device:
         try:
             return torch.device(value)
         except RuntimeError as err:
-            raise ValueError(f"{arg_name}={value!r} is not a device name ({err}); use e.g. 'cpu' or 'cuda:0'") from None
+            raise ValueError(
+                f"{arg_name}={value!r} is not a device name ({err}); use e.g. 'cpu' or 'cuda:0' (virtual devices "
+                "such as 'vdev:0' exist once you call dp_torch.virtual.install() first)"
+            ) from None
     if isinstance(value, int) and not isinstance(value, bool):
         if value == -1:
             return _CPU
@@ -100,7 +108,7 @@ def _current_index(device_type: str) -> int:
         return torch.accelerator.current_device_index()
     try:
         return torch.get_device_module(device_type).current_device()
-    except (AttributeError, RuntimeError):
+    except (AttributeError, RuntimeError, AssertionError):  # AssertionError: "Torch not compiled with CUDA"
         return 0  # not available; the existence check that follows reports it
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -192,3 +193,20 @@ def test_data_parallel_of_something_not_a_module_names_its_type_and_the_fix(modu
         dp_torch.DataParallel(module, cpus(2))
     with pytest.raises(TypeError, match=rf"data_parallel: module must be a torch.nn.Module, got {name}"):
         dp_torch.data_parallel(module, torch.ones(2, 2), cpus(2))
+
+
+# --- devices this machine does not have -------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", torch.device("cuda", 1)])
+def test_cuda_on_a_machine_without_it_says_there_is_no_cuda(device):
+    with pytest.raises(ValueError, match=re.escape(f"device_ids[0]={device!r} names cuda") +
+                       r"(:\d)?, but this machine has no cuda device; pass 'cpu'"):
+        dp_torch.DataParallel(mlp(0), [device])
+
+
+def test_a_virtual_device_name_before_install_says_to_install():
+    with pytest.raises(ValueError, match=r"device_ids\[1\]='vdev:0' is not a device name .*"
+                                         r"dp_torch\.virtual\.install\(\) first"):
+        dp_torch.DataParallel(mlp(0), ["cpu", "vdev:0"])
