@@ -39,19 +39,26 @@ def _dim_range(dim: int, path: str, shape: torch.Size, who: str) -> IndexError:
     )
 
 
-def tensor_leaves(obj: Any, path: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield ``(path, tensor)`` for every tensor that scatter would split, in scatter's order."""
+def scatter_leaves(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """Yield ``(path, leaf)`` in scatter's order: tensors (split) and any other object (shared whole)."""
     if isinstance(obj, torch.Tensor):
         yield path, obj
     elif is_namedtuple(obj):
         for name, value in zip(obj._fields, obj):
-            yield from tensor_leaves(value, f"{path}.{name}")
+            yield from scatter_leaves(value, f"{path}.{name}")
     elif isinstance(obj, (tuple, list)):
         for i, value in enumerate(obj):
-            yield from tensor_leaves(value, f"{path}[{i}]")
+            yield from scatter_leaves(value, f"{path}[{i}]")
     elif isinstance(obj, dict):
         for key, value in obj.items():
-            yield from tensor_leaves(value, f"{path}[{key!r}]")
+            yield from scatter_leaves(value, f"{path}[{key!r}]")
+    else:
+        yield path, obj
+
+
+def tensor_leaves(obj: Any, path: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(path, tensor)`` for every tensor that scatter would split, in scatter's order."""
+    return ((p, leaf) for p, leaf in scatter_leaves(obj, path) if isinstance(leaf, torch.Tensor))
 
 
 def check_splittable(leaves: Sequence[tuple[str, torch.Tensor]], dim: int, who: str) -> int | None:
@@ -139,14 +146,18 @@ def with_article(noun: str) -> str:
     return f"an {noun}" if noun[0].lower() in "aeiou" else f"a {noun}"
 
 
-def check_no_hidden_batch(inputs: Any, path: str, batch: int | None, dim: int, who: str) -> None:
+def check_no_hidden_batch(inputs: Any, path: str, batch: int | None, dim: int, n_devices: int, who: str) -> None:
     """Refuse objects scatter does not look inside (dataclasses, plain objects) that hold the batch.
 
     Scatter gives such an object whole to every replica (as PyTorch does), so a batch inside it is
     computed n times over: 10 rows come back as 40 on 4 devices. A held tensor counts as the batch
     when its size along ``dim`` is ``batch``, or, when nothing else is split, whenever it has ``dim``.
+    One replica (one device, or a batch of 1) sees the object once, so nothing is refused then.
     """
-    for leaf_path, obj in _opaque_leaves(inputs, path):
+    if n_devices == 1 or batch == 1:
+        return
+    shared = ((p, leaf) for p, leaf in scatter_leaves(inputs, path) if not isinstance(leaf, torch.Tensor))
+    for leaf_path, obj in shared:
         for attr_path, tensor in _held_tensors(obj):
             if tensor.dim() == 0 or not -tensor.dim() <= dim < tensor.dim():
                 continue
@@ -159,23 +170,6 @@ def check_no_hidden_batch(inputs: Any, path: str, batch: int | None, dim: int, w
                     "(PyTorch returns n times the rows). Pass the tensors in a dict, list, tuple or namedtuple "
                     "(e.g. a typing.NamedTuple instead of the dataclass), or as separate arguments"
                 )
-
-
-def _opaque_leaves(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
-    """The leaves scatter shares by reference, in scatter's order (see tensor_leaves)."""
-    if isinstance(obj, torch.Tensor):
-        return
-    if is_namedtuple(obj):
-        for name, value in zip(obj._fields, obj):
-            yield from _opaque_leaves(value, f"{path}.{name}")
-    elif isinstance(obj, (tuple, list)):
-        for i, value in enumerate(obj):
-            yield from _opaque_leaves(value, f"{path}[{i}]")
-    elif isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _opaque_leaves(value, f"{path}[{key!r}]")
-    else:
-        yield path, obj
 
 
 def _held_tensors(obj: Any) -> Iterator[tuple[str, torch.Tensor]]:

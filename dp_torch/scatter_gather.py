@@ -39,7 +39,7 @@ def scatter(inputs: Any, target_devices: Sequence[DeviceLike], dim: int = 0) -> 
     dim = check_dim(dim, "scatter")
     devices = _target_devices(target_devices, "scatter")
     batch = check_splittable(list(tensor_leaves(inputs, "inputs")), dim, "scatter")
-    check_no_hidden_batch(inputs, "inputs", batch, dim, "scatter")
+    check_no_hidden_batch(inputs, "inputs", batch, dim, len(devices), "scatter")
     return _scatter(inputs, devices, dim)
 
 
@@ -55,8 +55,8 @@ def scatter_kwargs(
     devices = _target_devices(target_devices, "scatter_kwargs")
     leaves = [*tensor_leaves(inputs, "args"), *tensor_leaves(kwargs or {}, "kwargs")]
     batch = check_splittable(leaves, dim, "scatter_kwargs")
-    check_no_hidden_batch(inputs, "args", batch, dim, "scatter_kwargs")
-    check_no_hidden_batch(kwargs or {}, "kwargs", batch, dim, "scatter_kwargs")
+    check_no_hidden_batch(inputs, "args", batch, dim, len(devices), "scatter_kwargs")
+    check_no_hidden_batch(kwargs or {}, "kwargs", batch, dim, len(devices), "scatter_kwargs")
     scattered_inputs = _scatter(inputs, devices, dim) if inputs else []
     scattered_kwargs = _scatter(kwargs, devices, dim) if kwargs else []
     if len(scattered_inputs) < len(scattered_kwargs):

@@ -131,7 +131,7 @@ class Holder:
 
 
 class ReadsBatch(nn.Module):
-    def forward(self, batch: Batch) -> torch.Tensor:
+    def forward(self, batch: Batch, *others: torch.Tensor) -> torch.Tensor:
         return batch.x * 3
 
 
@@ -148,6 +148,13 @@ def test_an_object_holding_tensors_of_the_batch_size_beside_a_split_tensor_is_re
     with pytest.raises(TypeError, match=r"kwargs\['extra'\] is a Holder holding .images\[1\] with 6 rows along "
                                         r"dim 0.*namedtuple"):
         dp_torch.scatter_kwargs((x,), {"extra": Holder([torch.ones(3), torch.ones(6, 2)])}, cpus(3))
+
+
+@pytest.mark.parametrize(("batch", "n_devices"), [(7, 1), (1, 3)])
+def test_a_dataclass_holding_the_batch_is_fine_when_one_replica_runs(batch, n_devices):
+    x = torch.randn(batch, 3)
+    out = dp_torch.DataParallel(ReadsBatch(), cpus(n_devices))(Batch(x), x)
+    torch.testing.assert_close(out, x * 3)
 
 
 def test_objects_holding_tensors_of_another_size_are_still_shared_like_pytorch():
