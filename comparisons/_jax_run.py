@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 import dp_jax
+from comparisons import _arguments as check
 from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig, Snapshot
 from comparisons.placement import PlacementMap, placement_of
 
@@ -34,8 +35,8 @@ def run_jax(pair: Any, flax_module: Any, variables: dict, inputs: tuple[np.ndarr
         return _split(wrapper.apply(vars_, *x_, train=True, mutable=mutable), mutable)
 
     sizes = tuple(dp_jax.chunk_sizes(config.batch_size, len(devices)))
-    reference = _reference_step(pair.loss_jax, flax_module, sizes, config.dim, _hashable(mutable))
-    dp_step = _value_and_grad(pair.loss_jax, dp_apply)
+    reference = _reference_step(pair.loss_jax, flax_module, sizes, config.dim, _hashable(mutable), pair.name)
+    dp_step = _value_and_grad(pair.loss_jax, dp_apply, pair.name)
     dp, out_and_grads = _train(dp_step, variables, x, targets, config, progress)
     single, _ = _train(reference, variables, x, targets, config, progress)
     label = f"jax:{strategy}"
@@ -69,26 +70,26 @@ def _hashable(mutable):
     return tuple(mutable) if isinstance(mutable, list) else mutable
 
 
-def _reference_step(loss_jax, flax_module, sizes, dim, mutable):
+def _reference_step(loss_jax, flax_module, sizes, dim, mutable, pair_name):
     """The jitted chunked reference, one per (loss, module, sizes, dim, mutable): a warm compare reuses it."""
     try:
-        return _cached_reference_step(loss_jax, flax_module, sizes, dim, mutable)
+        return _cached_reference_step(loss_jax, flax_module, sizes, dim, mutable, pair_name)
     except TypeError:  # a module with an unhashable field: build it afresh (and compile again)
-        return _cached_reference_step.__wrapped__(loss_jax, flax_module, sizes, dim, mutable)
+        return _cached_reference_step.__wrapped__(loss_jax, flax_module, sizes, dim, mutable, pair_name)
 
 
 @functools.lru_cache(maxsize=32)
-def _cached_reference_step(loss_jax, flax_module, sizes, dim, mutable):
-    return jax.jit(_value_and_grad(loss_jax, _chunked_apply(flax_module, sizes, dim, mutable)))
+def _cached_reference_step(loss_jax, flax_module, sizes, dim, mutable, pair_name):
+    return jax.jit(_value_and_grad(loss_jax, _chunked_apply(flax_module, sizes, dim, mutable), pair_name))
 
 
-def _value_and_grad(loss_jax, apply):
+def _value_and_grad(loss_jax, apply, pair_name):
     """(params, state, x, y) -> ((loss, (output, updated state)), grads) for a (variables, x) apply."""
     loss_of_output = _jitted(loss_jax)  # one program, not one eager dispatch per op
 
     def loss(params, state, x, y):
         output, updated = apply({"params": params, **state}, x)
-        return loss_of_output(output, y), (output, updated)
+        return check.scalar_loss(pair_name, "loss_jax", loss_of_output(output, y)), (output, updated)
     return jax.value_and_grad(loss, has_aux=True)
 
 

@@ -15,6 +15,7 @@ import torch
 from torch.utils import _pytree
 
 import dp_torch
+from comparisons import _arguments as check
 from comparisons._numerics import to_numpy
 from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig, Snapshot
 from comparisons.convert import torch_grads_to_flax
@@ -50,7 +51,7 @@ def _train(pair, module, inputs, targets, devices, forward, config, progress, ca
     for step in range(config.steps):
         optimizer.zero_grad()
         output = forward(model, x, step == 0)
-        pair.loss_torch(output, y).backward()
+        check.scalar_loss(pair.name, "loss_torch", pair.loss_torch(output, y)).backward()
         if step == 0:
             first["output"] = _pytree.tree_map(to_numpy, output)
             first["grads"] = {n: to_numpy(p.grad) for n, p in model.named_parameters()

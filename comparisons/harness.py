@@ -12,6 +12,10 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from comparisons import _arguments as check
+from comparisons._arguments import ComparisonError
+from comparisons._backend_devices import TORCH_DEVICES, install_virtual, jax_devices, torch_kind
+from comparisons._backend_devices import torch_devices as torch_device_list
 from comparisons._numerics import TOLERANCES, compare_trees
 from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig
 from comparisons.verdicts import Check, ComparisonReport
@@ -30,42 +34,43 @@ class _StrategyNames(Sequence[str]):
 
 
 STRATEGIES: Sequence[str] = _StrategyNames()
-TORCH_DEVICES = ("cpu", "virtual", "cuda")
 _SUBJECTS = ("outputs", "gradients", "batch_stats", "params_after_steps")
-
-
-class ComparisonError(ValueError):
-    """Bad input to compare(): the message names the argument, the value and the fix."""
 
 
 def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Sequence[str] | None = None,
             steps: int = 2, optimizer: str = "sgd", dtype: str = "float32", seed: int = 0,
-            torch_devices: str = "cpu", progress: Callable[[str, int], None] | None = None) -> ComparisonReport:
+            torch_devices: str = "auto", progress: Callable[[str, int], None] | None = None) -> ComparisonReport:
     """Compare dp_torch and dp_jax on `pair` (a ModelPair or a registered name); returns the report.
 
     Args:
       devices: number of devices; JAX uses jax.devices()[:devices].
-      torch_devices: "cpu" (the CPU repeated; the default, as installing virtual devices is
-        process-global), "virtual" (call dp_torch.virtual.install(devices) first; never done here)
-        or "cuda". The CLI's --torch-devices auto picks cuda or virtual and installs them.
+      torch_devices: "auto" (the default, as in the CLI: "cuda" when torch sees `devices` GPUs, else
+        "virtual", installing vdev:0..max(8, devices)-1 if none are: process-global), "cpu" (the CPU
+        repeated), "virtual" (after your own dp_torch.virtual.install) or "cuda".
       strategies: dp_jax strategies; None = every strategy that can run this batch (the mapped
         ones pad uneven batches, which they refuse for models with BatchNorm statistics).
       steps: optimizer steps (>= 1); the first step's output/grads/statistics are checked.
       progress: called as progress(label, total_steps) after every training step (progress bars).
-    Compiles one JAX program per strategy and chunk shape; float64 runs JAX under
-    jax.enable_x64 (scoped to this call).
+    Every argument is checked before any work runs. JAX gets max(8, devices) CPU devices when it
+    has not started yet (else the error says how). Compiles one JAX program per strategy and chunk
+    shape; float64 runs JAX under jax.enable_x64 (scoped to this call).
     """
     pair = _resolve_pair(pair)
-    config = RunConfig(_positive("batch_size", batch_size), _positive("steps", steps),
+    config = RunConfig(check.positive("batch_size", batch_size), check.positive("steps", steps),
                        _choice("optimizer", optimizer, tuple(OPTIMIZERS)),
-                       _choice("dtype", dtype, tuple(TOLERANCES)), seed, pair.batch_axis)
-    _choice("torch_devices", torch_devices, TORCH_DEVICES)
-    chosen = _strategies(strategies, pair, config.batch_size, _positive("devices", devices))
-    torch_list, reference = _torch_devices(torch_devices, devices)
-    jax_list = _jax_devices(devices)
+                       _choice("dtype", dtype, tuple(TOLERANCES)), check.seed(seed), pair.batch_axis)
+    _choice("torch_devices", torch_devices, ("auto", *TORCH_DEVICES))
+    check.progress(progress)
+    devices = check.positive("devices", devices)
+    chosen = _strategies(check.strategy_names(strategies), pair, config.batch_size, devices)
+    jax_list = jax_devices(devices)
+    kind = torch_kind(torch_devices, devices)
+    if torch_devices == "auto" and kind == "virtual":
+        install_virtual(devices)
+    torch_list, reference = torch_device_list(kind, devices)
     report = ComparisonReport(
         model=pair.name, batch_size=batch_size, devices=devices, chunk_sizes=[], strategies=chosen,
-        steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=torch_devices,
+        steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=kind,
         tolerance={"max_abs": TOLERANCES[dtype], "rel_norm": TOLERANCES[dtype]},
         notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
     if strategies is None and len(chosen) < len(STRATEGIES):
@@ -90,6 +95,7 @@ def _run_all(pair, config, strategies, torch_list, reference, jax_list, progress
 
     torch_module, flax_module, variables = _build(pair, config)
     inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
+    check.pair_inputs(pair, inputs, config.batch_size)
     runs = [run_torch(pair, torch_module, inputs, targets, torch_list, reference, config,
                       lambda: progress("torch"))]
     with _jax_precision(config.dtype):
@@ -168,12 +174,6 @@ def _resolve_pair(pair):
     return pair
 
 
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ComparisonError(f"compare: {name}={value!r}; pass a positive integer")
-    return value
-
-
 def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
     if value not in allowed:
         raise ComparisonError(f"compare: {name}={value!r} is not supported; use one of {', '.join(allowed)}")
@@ -197,35 +197,3 @@ def _strategies(strategies, pair, batch_size: int, devices: int) -> list[str]:
                 f"{chunk}) and {pair.name} updates BatchNorm statistics, which padding would change; "
                 "use strategy 'explicit' or a batch size divisible into equal chunks")
     return chosen
-
-
-def _torch_devices(kind: str, n: int):
-    import torch
-
-    if kind == "cpu":
-        return [torch.device("cpu")] * n, torch.device("cpu")
-    if kind == "virtual":
-        from dp_torch import virtual
-
-        if not virtual.is_installed():
-            raise ComparisonError("compare: torch_devices='virtual' needs dp_torch.virtual.install(n) "
-                                  "first (process-global; the CLI does it), or use torch_devices='cpu'")
-        available = virtual.devices()
-    else:
-        available = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-    if n > len(available):
-        raise ComparisonError(f"compare: devices={n} but only {len(available)} {kind} torch device(s) "
-                              f"exist; pass devices <= {len(available)}")
-    return available[:n], torch.device("cuda", 0) if kind == "cuda" else torch.device("cpu")
-
-
-def _jax_devices(n: int):
-    import jax
-
-    available = jax.devices()
-    if n > len(available):
-        raise ComparisonError(
-            f"compare: devices={n} but JAX has {len(available)} device(s); pass devices <= "
-            f"{len(available)}, or start with XLA_FLAGS=--xla_force_host_platform_device_count={n} "
-            "(the CLI sets it)")
-    return available[:n]

@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
 
-from comparisons import ComparisonError, compare, convert
+from comparisons import ComparisonError, convert, harness
 from comparisons.harness import STRATEGIES
+
+# torch on the CPU repeated: compare()'s default ('auto') would install virtual devices, which are
+# process-global (their tests run in their own process: tests/virtual).
+compare = functools.partial(harness.compare, torch_devices="cpu")
 
 SUBJECTS = {"outputs", "gradients", "params_after_steps", "placement", "aliasing"}
 

@@ -1,0 +1,88 @@
+"""The devices a comparison runs on: torch's (cpu, virtual, cuda, or auto) and JAX's, with one rule for
+compare() and the CLI.
+
+'auto' takes CUDA when torch sees enough GPUs, else virtual devices (installed here when none are:
+process-global, see dp_torch.virtual). JAX's CPU device count is raised here while JAX has not started.
+"""
+from __future__ import annotations
+
+import os
+
+from comparisons._arguments import ComparisonError
+
+TORCH_DEVICES = ("cpu", "virtual", "cuda")
+MAX_VIRTUAL = 64  # dp_torch.virtual.install's limit
+
+
+def torch_kind(kind: str, n: int) -> str:
+    """'auto' -> 'cuda' when torch sees `n` GPUs, else 'virtual'; any other kind is kept."""
+    if kind != "auto":
+        return kind
+    import torch
+
+    return "cuda" if torch.cuda.device_count() >= n else "virtual"
+
+
+def install_virtual(n: int, argument: str = "devices") -> None:
+    """Install vdev:0..max(8, n)-1 unless virtual devices are installed already (then they must be enough)."""
+    from dp_torch import virtual
+
+    if n > MAX_VIRTUAL:
+        raise ComparisonError(f"{argument}={n}: virtual torch devices go up to {MAX_VIRTUAL}; pass "
+                              f"{argument} <= {MAX_VIRTUAL}, or torch devices 'cpu' (the CPU repeated)")
+    if not virtual.is_installed():
+        virtual.install(min(MAX_VIRTUAL, max(8, n)))
+
+
+def torch_devices(kind: str, n: int):
+    """(n torch devices of `kind`, the single-device reference's device)."""
+    import torch
+
+    if kind == "cpu":
+        return [torch.device("cpu")] * n, torch.device("cpu")
+    if kind == "virtual":
+        from dp_torch import virtual
+
+        if not virtual.is_installed():
+            raise ComparisonError("compare: torch_devices='virtual' needs dp_torch.virtual.install(n) "
+                                  "first (process-global), or use torch_devices='auto' (installs them) or 'cpu'")
+        available = virtual.devices()
+    else:
+        if not torch.cuda.is_available():
+            raise ComparisonError("compare: torch_devices='cuda' but there is no CUDA here "
+                                  "(torch.cuda.is_available() is False); use torch_devices='auto' "
+                                  "(virtual devices vdev:i) or 'cpu'")
+        available = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    if n > len(available):
+        raise ComparisonError(f"compare: devices={n} but only {len(available)} {kind} torch device(s) "
+                              f"exist; pass devices <= {len(available)}")
+    return available[:n], torch.device("cuda", 0) if kind == "cuda" else torch.device("cpu")
+
+
+def set_jax_cpu_devices(count: int) -> None:
+    """Give JAX `count` CPU devices if it has not started and nobody chose a count (XLA_FLAGS or config)."""
+    import jax
+
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    if jax.config.jax_num_cpu_devices not in (-1, None):
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # JAX has started: its device count is fixed; jax_devices() says what to do
+        pass
+
+
+def jax_devices(n: int):
+    """The first `n` of jax.devices(), after raising the CPU count to max(8, n) when JAX has not started."""
+    set_jax_cpu_devices(max(8, n))
+    import jax
+
+    available = jax.devices()
+    if n > len(available):
+        raise ComparisonError(
+            f"compare: devices={n} but JAX has {len(available)} device(s) ({available[0].platform}) and "
+            f"has started, so their number is fixed; pass devices <= {len(available)}, or in a fresh process call "
+            f"jax.config.update('jax_num_cpu_devices', {n}) right after `import jax`, before any JAX operation "
+            "(compare() does it itself when JAX has not started)")
+    return available[:n]

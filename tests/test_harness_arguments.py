@@ -1,0 +1,104 @@
+"""compare()'s arguments are checked before any work runs; a user pair's own functions are checked by name."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from _helpers_harness import ROOT
+
+from comparisons import ComparisonError, harness, models
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """compare() must fail before it builds models or runs a step: both raise here."""
+    def work(*args, **kwargs):
+        raise AssertionError("compare() started working before checking its arguments")
+    monkeypatch.setattr(harness, "_run_all", work)
+    monkeypatch.setattr(harness, "_build", work)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"strategies": "explicit"}, "strategies='explicit' is one string; pass a list, strategies=['explicit']"),
+    ({"strategies": 3}, "strategies=3 is not a list of names"),
+    ({"seed": -1}, "seed=-1; pass an integer >= 0"),
+    ({"seed": "7"}, "seed='7' (a str); pass an integer >= 0"),
+    ({"seed": 2.5}, "seed=2.5 (a float); pass an integer >= 0"),
+    ({"seed": True}, "seed=True (a bool)"),
+    ({"progress": "bar"}, "progress='bar' is not callable; pass a function progress(label: str, total_steps: int)"),
+    ({"batch_size": "10"}, "batch_size='10' (a str); pass a positive integer"),
+    ({"batch_size": 4.0}, "batch_size=4.0 (a float); pass a positive integer"),
+    ({"devices": [2]}, "devices=[2] (a list); pass a positive integer"),
+    ({"torch_devices": "gpu"}, "torch_devices='gpu' is not supported; use one of auto, cpu, virtual, cuda"),
+])
+def test_a_bad_argument_is_refused_before_any_work(no_work, kwargs, message):
+    settings = {"batch_size": 6, "devices": 2, "steps": 1, "torch_devices": "cpu"} | kwargs
+    with pytest.raises(ComparisonError) as raised:
+        harness.compare("mlp", **settings)
+    assert message in str(raised.value)
+
+
+def test_numpy_integers_count_as_integers():
+    from comparisons import _arguments
+
+    assert _arguments.positive("batch_size", np.int64(6)) == 6 and _arguments.seed(np.uint8(3)) == 3
+
+
+def test_cuda_asked_for_on_a_machine_without_it_says_there_is_no_cuda(no_work):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ComparisonError, match=r"torch_devices='cuda' but there is no CUDA here"):
+        harness.compare("mlp", batch_size=4, devices=2, steps=1, torch_devices="cuda")
+
+
+def _mlp_variant(**changes) -> models.ModelPair:
+    return dataclasses.replace(models.get("mlp"), **changes)
+
+
+def test_a_pair_whose_make_inputs_ignores_batch_size_is_named():
+    mlp = models.get("mlp")
+    pair = _mlp_variant(name="fixed_rows", make_inputs=lambda batch_size, seed, dtype: mlp.make_inputs(4, seed, dtype))
+    with pytest.raises(ComparisonError) as raised:
+        harness.compare(pair, batch_size=6, devices=2, strategies=["explicit"], steps=1, torch_devices="cpu")
+    message = str(raised.value)
+    assert "pair 'fixed_rows': make_inputs(batch_size=6" in message
+    assert "inputs[0] with 4 rows on axis 0" in message and "must return batch_size rows" in message
+
+
+@pytest.mark.parametrize("side", ["loss_torch", "loss_jax"])
+def test_a_pair_whose_loss_is_not_a_scalar_is_named(side):
+    mlp = models.get("mlp")
+    unreduced = {"loss_torch": lambda out, y: (out ** 2).mean(1), "loss_jax": lambda out, y: (out ** 2).mean(1)}
+    pair = _mlp_variant(name=f"unreduced_{side}", **{side: unreduced[side]})
+    assert getattr(mlp, side) is not getattr(pair, side)
+    with pytest.raises(ComparisonError) as raised:
+        harness.compare(pair, batch_size=6, devices=2, strategies=["explicit"], steps=1, torch_devices="cpu")
+    assert f"pair 'unreduced_{side}': {side}(output, targets) returned shape (6,); return a scalar" in str(raised.value)
+
+
+def test_default_torch_devices_and_jax_count_match_the_cli_in_a_fresh_process():
+    """Without XLA_FLAGS and JAX not started: compare() gets its JAX devices and, with no GPU, virtual torch ones."""
+    code = ("import torch; from comparisons import compare\n"
+            "r = compare('mlp', batch_size=9, devices=9, strategies=['explicit'], steps=1)\n"
+            "print(r.torch_devices, r.ok, torch.cuda.device_count() >= 9)")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    kind, ok, gpus = done.stdout.split()
+    assert ok == "True" and kind == ("cuda" if gpus == "True" else "virtual")
+
+
+def test_a_started_jax_with_too_few_devices_says_how_to_get_more():
+    import jax
+
+    with pytest.raises(ComparisonError, match=r"devices=12 but JAX has 8 device\(s\) \(cpu\) and has started.*"
+                                              r"jax.config.update\('jax_num_cpu_devices', 12\)"):
+        harness.compare("mlp", batch_size=12, devices=12, strategies=["explicit"], steps=1, torch_devices="cpu")
+    assert len(jax.devices()) == 8
