@@ -1,0 +1,16 @@
+"""Beyond one process: PyTorch's DistributedDataParallel and multi-process JAX, checked like the rest.
+
+    from comparisons.distributed import compare_distributed
+    report = compare_distributed("cnn_bn", processes=2, devices=2, batch_size=8, steps=3)
+
+Modules: `launcher` (P local ranks on 127.0.0.1, timeouts, no process left behind; standard
+library only), `config` (the settings the workers share), `torch_worker` (a pair's torch model
+under stock DistributedDataParallel, gloo), `jax_worker` + `multihost_step` (jax.distributed, one
+global mesh, a jitted step), `checks` (the report: DDP and multi-process JAX beside single-process
+dp_torch and dp_jax, and the differences DDP has by design, measured).
+Importing this package imports neither torch nor JAX.
+"""
+from comparisons.distributed.config import WorkerConfig, chunk_rows
+from comparisons.distributed.launcher import Launch, LaunchError, RankResult, free_port, launch
+
+__all__ = ["Launch", "LaunchError", "RankResult", "WorkerConfig", "chunk_rows", "free_port", "launch"]

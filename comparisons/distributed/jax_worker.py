@@ -1,0 +1,93 @@
+"""One process of the JAX side: P processes x D emulated CPU devices, one global mesh, K optax steps.
+
+    python -m comparisons.distributed.jax_worker '<WorkerConfig JSON>'
+
+Reads the launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: process 0 hosts
+the coordinator there). Every process builds the same weights and global batch from the seed and
+puts its own rows on its own devices with `jax.make_array_from_process_local_data`; the step is
+compiled once over the global mesh (`multihost_step.train_step`) and computes what
+`dp_jax.DataParallel` does on P x D devices: each device its torch chunk (BatchNorm per chunk),
+the loss on the gathered output, replica 0's statistics. Hands back the first step's loss, output
+rows and gradients, the statistics, the parameters after K steps and every addressable shard's
+placement.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+
+def configure(devices: int, x64: bool) -> None:
+    """Before JAX starts: `devices` CPU devices in this process and gloo CPU collectives.
+
+    A device-count XLA flag inherited from the parent (the tests set one) would override
+    jax_num_cpu_devices, so it is dropped here.
+    """
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", devices)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.config.update("jax_enable_x64", x64)
+
+
+def main(argv: list[str]) -> int:
+    from comparisons.distributed.config import WorkerConfig
+
+    config = WorkerConfig.from_json(argv[0])
+    configure(config.devices, config.dtype == "float64")
+    import jax
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    started = time.perf_counter()
+    jax.distributed.initialize(f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", world, rank,
+                               initialization_timeout=max(1, int(config.rendezvous_timeout)))
+    try:
+        result = train(config, rank)
+    finally:
+        jax.distributed.shutdown()
+    result["seconds"] = time.perf_counter() - started
+    from comparisons.distributed.launcher import write_result
+
+    write_result(result)
+    return 0
+
+
+def train(config: Any, rank: int) -> dict[str, Any]:
+    """K compiled steps over the global mesh; the numbers and placement this process can see."""
+    import jax
+    import numpy as np
+
+    from comparisons import models
+    from comparisons.distributed import multihost_step as step
+
+    pair = models.get(config.pair)
+    _, flax_module, variables = pair.build(seed=config.seed, dtype=np.dtype(config.dtype))
+    inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
+    mesh = step.global_mesh()
+    rows = step.process_rows(config.batch_size, mesh)
+    x = tuple(step.global_batch(mesh, a[rows]) for a in pair.to_flax_inputs(inputs))
+    y = step.global_batch(mesh, targets[rows])
+    params, state = step.replicated(mesh, variables)
+    train_step, init = step.train_step(pair, flax_module, mesh, config.optimizer)
+    opt_state = init(params)
+    result: dict[str, Any] = {"rank": rank, "rows": (rows.start, rows.stop)}
+    for k in range(config.steps):
+        params, opt_state, state, loss, grads, output = train_step(params, opt_state, state, x, y)
+        if k == 0:
+            result.update(loss=step.local(loss), grads=step.local(grads), output=step.local_rows(output),
+                          stats_first=step.local(state.get("batch_stats", {})),
+                          placement=step.placement(mesh, params, state, x, output, grads).to_rows())
+        print(f"jax process {rank}: step {k + 1}/{config.steps} loss {float(step.local(loss)):.6f}",
+              file=sys.stderr)
+    result.update(params=step.local(params), stats_last=step.local(state.get("batch_stats", {})),
+                  devices=[str(d) for d in jax.local_devices()])
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

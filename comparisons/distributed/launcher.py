@@ -1,0 +1,275 @@
+"""Start P local worker processes on 127.0.0.1, watch them, and leave none behind.
+
+Each rank gets a torchrun-compatible environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) on a free port, its own process group (so stopping a rank stops what it
+started), and a parent-death signal (so a launcher killed outright takes its ranks with it).
+The launcher polls every rank: the first one to fail stops all the others, and the caller gets one
+`LaunchError` naming the side, the rank, its exit status and the tail of its stderr. A run past
+its `timeout`, Ctrl-C (KeyboardInterrupt) and SIGTERM stop every rank too. Standard library only.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import errno
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+RESULT_DIR_ENV = "DP_COMPARE_RESULT_DIR"
+_POLL_S = 0.05
+_GRACE_S = 1.0
+_TAIL_LINES = 15
+# Lines that say nothing about a failure: gloo's connection notices, absl stack frame addresses.
+_NOISE = ("[Gloo] Rank", "    @ ")
+
+
+class LaunchError(RuntimeError):
+    """A multi-process run failed: a rank exited non-zero, it timed out, or the port is taken.
+
+    `side` ("torch" or "jax"), `rank` (None when no single rank is to blame), `returncode` and
+    `stderr_tail` are kept as attributes; the message says all of them and what to do.
+    """
+
+    def __init__(self, message: str, *, side: str, rank: int | None = None,
+                 returncode: int | None = None, stderr_tail: str = "") -> None:
+        super().__init__(message)
+        self.side, self.rank, self.returncode, self.stderr_tail = side, rank, returncode, stderr_tail
+
+
+@dataclasses.dataclass(frozen=True)
+class RankResult:
+    """What one rank left behind: the value it wrote with `write_result`, its run time and stderr."""
+
+    rank: int
+    value: Any
+    seconds: float
+    stderr_tail: str
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (bind to 0, read it back, close). Another program may take it
+    before the workers bind it; then the rank that binds it fails and says so."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def check_port_free(port: int, *, side: str, host: str = "127.0.0.1") -> None:
+    """Raise LaunchError if `port` on `host` cannot be bound (taken): a worker would crash or hang on it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                raise
+            raise LaunchError(f"{side}: port={port} on {host} is taken by another program; pass another "
+                              "port or port=None for a free one", side=side) from None
+
+
+def torch_env(rank: int, world_size: int, port: int, host: str = "127.0.0.1") -> dict[str, str]:
+    """The variables torchrun sets for a rank on one node (init_process_group's env:// reads them)."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "MASTER_ADDR": host,
+            "MASTER_PORT": str(port)}
+
+
+def write_result(value: Any) -> None:
+    """In a worker: hand `value` (picklable) back to the launcher, written atomically for this RANK."""
+    folder, rank = os.environ.get(RESULT_DIR_ENV), os.environ.get("RANK", "0")
+    if folder is None:
+        return  # run by hand or by torchrun: nobody collects results
+    path = Path(folder) / f"rank{rank}.pkl"
+    partial = path.with_suffix(".part")
+    partial.write_bytes(pickle.dumps(value))
+    partial.replace(path)
+
+
+class Launch:
+    """P ranks of `command`, started by `start()` and collected by `wait()`; a context manager.
+
+    Args:
+      command: the worker's argv (e.g. [sys.executable, "-m", "comparisons.distributed.torch_worker", cfg]).
+      processes: number of ranks P.
+      side: "torch" or "jax"; only for messages.
+      timeout: seconds for the whole run, start-up included.
+      port: MASTER_PORT; None picks a free one. A given port that is taken fails before any start.
+      env: extra environment variables for every rank.
+    """
+
+    def __init__(self, command: Sequence[str], processes: int, *, side: str, timeout: float = 120.0,
+                 port: int | None = None, env: Mapping[str, str] | None = None) -> None:
+        if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+            raise ValueError(f"Launch: processes={processes!r}; pass a positive integer")
+        if not timeout > 0:
+            raise ValueError(f"Launch: timeout={timeout!r}; pass a positive number of seconds")
+        self.command, self.processes, self.side, self.timeout = list(command), processes, side, timeout
+        self.port, self.env = port, dict(env or {})
+        self.procs: list[subprocess.Popen] = []
+        self._folder: tempfile.TemporaryDirectory | None = None
+        self._started = 0.0
+
+    @property
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self.procs]
+
+    def start(self) -> Launch:
+        """Start every rank (each in its own process group); returns self."""
+        if self.port is None:
+            self.port = free_port()
+        else:
+            check_port_free(self.port, side=self.side)
+        self._folder = tempfile.TemporaryDirectory(prefix=f"dp_compare_{self.side}_")
+        self._started = time.monotonic()
+        try:
+            for rank in range(self.processes):
+                self.procs.append(self._spawn(rank))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _spawn(self, rank: int) -> subprocess.Popen:
+        folder = Path(self._folder.name)
+        env = {**os.environ, **self.env, **torch_env(rank, self.processes, self.port),
+               RESULT_DIR_ENV: str(folder), "PYTHONUNBUFFERED": "1"}
+        with open(folder / f"rank{rank}.out", "wb") as out, open(folder / f"rank{rank}.err", "wb") as err:
+            return subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+
+    def wait(self) -> list[RankResult]:
+        """Block until every rank exits 0 (their results, by rank) or one fails (LaunchError).
+
+        Every rank is stopped before this returns or raises, also on KeyboardInterrupt or SIGTERM.
+        """
+        with _sigterm_as_exit():
+            try:
+                return self._watch()
+            finally:
+                self.stop()
+
+    def _watch(self) -> list[RankResult]:
+        deadline = self._started + self.timeout
+        finished: dict[int, float] = {}
+        while len(finished) < self.processes:
+            for rank, proc in enumerate(self.procs):
+                code = proc.poll()
+                if code is None or rank in finished:
+                    continue
+                if code != 0:
+                    raise self._failure(rank, code)
+                finished[rank] = time.monotonic() - self._started
+            if time.monotonic() > deadline and len(finished) < self.processes:
+                raise self._timed_out(sorted(set(range(self.processes)) - set(finished)))
+            time.sleep(_POLL_S)
+        return [RankResult(rank, self._result(rank), finished[rank], self.stderr_tail(rank))
+                for rank in range(self.processes)]
+
+    def _result(self, rank: int) -> Any:
+        path = Path(self._folder.name) / f"rank{rank}.pkl"
+        return pickle.loads(path.read_bytes()) if path.exists() else None
+
+    def stderr_tail(self, rank: int, lines: int = _TAIL_LINES) -> str:
+        """The last `lines` meaningful lines of rank `rank`'s stderr (gloo notices and frame addresses left out)."""
+        if self._folder is None:
+            return ""
+        text = (Path(self._folder.name) / f"rank{rank}.err").read_text(errors="replace")
+        kept = [line for line in text.splitlines() if line.strip() and not line.startswith(_NOISE)]
+        return "\n".join(kept[-lines:])
+
+    def _failure(self, rank: int, code: int) -> LaunchError:
+        tail = self.stderr_tail(rank)
+        status = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+        hint = _hint(tail, self.port)
+        message = (f"{self.side} rank {rank} of {self.processes} {status}; the other ranks were stopped."
+                   f"{hint}\n--- {self.side} rank {rank} stderr (last lines) ---\n{tail or '(empty)'}")
+        return LaunchError(message, side=self.side, rank=rank, returncode=code, stderr_tail=tail)
+
+    def _timed_out(self, running: list[int]) -> LaunchError:
+        tails = "\n".join(f"--- {self.side} rank {r} stderr (last lines) ---\n{self.stderr_tail(r, 6) or '(empty)'}"
+                          for r in running)
+        message = (f"{self.side}: ranks {running} of {self.processes} still running after timeout="
+                   f"{self.timeout:g} s (a hung rendezvous or collective, or a slow machine); all ranks were "
+                   f"stopped. Pass a larger timeout if the machine is just slow.\n{tails}")
+        return LaunchError(message, side=self.side, rank=running[0] if len(running) == 1 else None,
+                           stderr_tail=tails)
+
+    def stop(self) -> None:
+        """Stop every rank still running (SIGTERM to its process group, SIGKILL after a grace period)."""
+        for proc in self.procs:
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + _GRACE_S
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.0, deadline - time.monotonic()))
+        for proc in self.procs:
+            _signal_group(proc, signal.SIGKILL)  # the group may hold more than the rank itself
+            proc.wait()
+
+    def close(self) -> None:
+        self.stop()
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None
+
+    def __enter__(self) -> Launch:
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+def launch(command: Sequence[str], processes: int, *, side: str, timeout: float = 120.0,
+           port: int | None = None, env: Mapping[str, str] | None = None) -> list[RankResult]:
+    """Run P ranks of `command` to the end (see `Launch`); their results by rank, or a LaunchError.
+
+    Cost: P Python processes (their imports and start-up) plus polling every 50 ms.
+    """
+    with Launch(command, processes, side=side, timeout=timeout, port=port, env=env) as run:
+        return run.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)  # the rank leads its own group (start_new_session)
+
+
+def _hint(tail: str, port: int | None) -> str:
+    lowered = tail.lower()
+    if "address already in use" in lowered or "failed to add port" in lowered:
+        return f" Port {port} looks taken by another program: run again (a new free port is picked)."
+    if "deadline" in lowered or "timed out" in lowered or "timeout" in lowered:
+        return " It looks like a rendezvous or collective timed out: another rank may have died or never started."
+    return ""
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGKILL when the launcher dies (Linux), so no rank outlives it."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit():
+    """SIGTERM to the launcher raises SystemExit here, so the `finally` that stops the ranks runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
