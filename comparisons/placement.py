@@ -24,6 +24,7 @@ class PlacementRecord:
 
     `replica` is None for the original/global value; `logical_index` is the device's position
     in the device list the step was given (None when no list was given or it is not in it).
+    `process` is the rank of the process holding it in a multi-process run (None in one process).
     """
 
     replica: int | None
@@ -34,6 +35,7 @@ class PlacementRecord:
     shape: tuple[int, ...]
     dtype: str
     aliases_original: bool | None = None
+    process: int | None = None
 
     @property
     def size(self) -> int:
@@ -123,8 +125,8 @@ class PlacementMap:
         return differences
 
     def to_rows(self) -> list[dict[str, Any]]:
-        """One JSON-ready dict per record (shape as a list)."""
-        return [{**dataclasses.asdict(r), "shape": list(r.shape)} for r in self.records]
+        """One JSON-ready dict per record (shape as a list; `process` only when set)."""
+        return [{**_row(r), "shape": list(r.shape)} for r in self.records]
 
     def to_json(self, **dumps_kwargs: Any) -> str:
         return json.dumps(self.to_rows(), **dumps_kwargs)
@@ -147,6 +149,13 @@ class PlacementMap:
                          key=lambda c: (c[0] is None, c[0] or 0, c[1]))
         tensors = list(dict.fromkeys((r.role, r.path) for r in self.records))
         return columns, tensors, cells
+
+
+def _row(record: PlacementRecord) -> dict[str, Any]:
+    row = dataclasses.asdict(record)
+    if row["process"] is None:
+        del row["process"]  # single-process reports keep their schema-1 rows unchanged
+    return row
 
 
 def _difference(record: PlacementRecord, field: str, mine: Any, theirs: Any) -> PlacementDifference:
