@@ -69,3 +69,24 @@ def test_cpu_input_is_scattered_onto_the_gpus():
     chunks = dp_torch.scatter(x, _all_cuda_ids())
     assert all(c.device.type == "cuda" for c in chunks)
     torch.testing.assert_close(torch.cat([c.cpu() for c in chunks]), x)
+
+
+def test_stock_cuda_gather_casts_to_replica_0s_dtype_where_dp_torch_raises():
+    # docs/divergences.md 23, checked against the real C++ comm.gather rather than the CPU oracle.
+    parts = [torch.randn(2, 3, device="cuda:0"), torch.randn(1, 3, device="cuda:0", dtype=torch.float64)]
+    theirs = torch.nn.parallel.gather(parts, 0)
+    assert theirs.dtype == torch.float32
+    torch.testing.assert_close(theirs, torch.cat([parts[0], parts[1].float()]))
+    with pytest.raises(TypeError, match="every replica must return the same dtype"):
+        dp_torch.gather(parts, "cuda:0")
+
+
+def test_autocast_cache_flag_reaches_cuda_worker_threads():
+    class CacheProbe(nn.Module):
+        def forward(self, x):
+            return torch.full((1,), float(torch.is_autocast_cache_enabled()), device=x.device)
+
+    x = torch.randn(2, 4, device="cuda:0")
+    with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+        outputs = dp_torch.parallel_apply([CacheProbe(), CacheProbe()], [x, x], devices=["cuda:0", "cuda:0"])
+    assert [o.item() for o in outputs] == [0.0, 0.0]
