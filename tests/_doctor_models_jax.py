@@ -1,4 +1,6 @@
 """Broken (and sound) Flax models for the JAX doctor's tests; `# doctor: <kind>` marks the expected line."""
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -16,6 +18,16 @@ class Offset(nn.Module):
     @nn.compact
     def __call__(self, x):
         return nn.Dense(2)(x) + OFFSET  # doctor: closed-over-array
+
+
+class Field(nn.Module):
+    """Holds a committed array as a module field (closed-over-array at self.table)."""
+
+    table: Any = None
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(2)(x) * self.table  # doctor: closed-over-array
 
 
 class Shifted(nn.Module):

@@ -42,6 +42,15 @@ def test_committed_global_array_is_closed_over_array_at_its_name_and_line():
     assert at(finding.source, marked_lines("closed-over-array"))
 
 
+def test_committed_module_field_is_named_by_its_attribute():
+    table = jax.device_put(np.full(2, 2.0, np.float32), jax.devices()[2])
+    report = doctor(models.Field(table=table), batch(seed=11))
+    assert report.kinds() == ["closed-over-array"]
+    [finding] = report.findings
+    assert finding.where == "self.table" and finding.replicas == (0, 1, 3) and finding.devices == ("cpu:2",)
+    assert at(finding.source, marked_lines("closed-over-array"))
+
+
 def test_closure_of_a_lambda_is_named_too():
     model, x = models.Shifted(), batch(seed=2)
     variables = model.init(jax.random.key(0), x)

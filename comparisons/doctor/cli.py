@@ -76,7 +76,7 @@ def _diagnose(args: argparse.Namespace):
     batch = args.batch if args.batch is not None else 2 * args.devices
     inputs, kwargs = (_random_inputs(args.input_shape, args.dtype, backend) if args.input_shape
                       else _user_inputs(args.inputs, batch))
-    name = args.target.rsplit(":", 1)[-1]
+    name = args.target
     try:
         if backend == "torch":
             from comparisons.doctor.torch_run import doctor_torch

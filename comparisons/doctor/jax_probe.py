@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from comparisons.doctor.findings import FIXES, DoctorReport, Finding, replica_list
-from comparisons.doctor.jax_reach import Reached, functions_of, reachable
-from comparisons.doctor.source import error_line, is_user_file, user_line
+from comparisons.doctor.jax_reach import Reached, reachable
+from comparisons.doctor.source import error_line, is_user_file, short_path, user_line
 
 
 def doctor_jax(apply_fn: Any, variables: Any, *inputs: Any, devices: int | Sequence[Any] = 4,
@@ -38,17 +38,17 @@ def doctor_jax(apply_fn: Any, variables: Any, *inputs: Any, devices: int | Seque
 
     device_list = _devices(devices)
     kwargs = kwargs or {}
-    reached = reachable(apply_fn)
-    functions = functions_of(reached, apply_fn)
+    reach = reachable(apply_fn)
+    reached, functions = list(reach.values.values()), reach.functions
     before = {item.name: _state(item) for item in reached}
-    name = target or getattr(apply_fn, "__qualname__", type(apply_fn).__name__)
+    name = target or _function_name(apply_fn)
     with _recording_prints() as printed:
         try:
             closed = jax.make_jaxpr(lambda v, *a: apply_fn(v, *a, **kwargs))(variables, *inputs)
         except Exception as error:  # noqa: BLE001 - the user's function failing to trace is a finding
             return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list),
                                 (_error_finding(error, "tracing the apply function"),))
-    findings = _closed_over(closed.consts, reached, device_list)
+    findings = _closed_over(closed.consts, reached, functions, device_list)
     changed = [item for item in reached if _state(item) != before[item.name]]
     notes: list[str] = []
     if changed or printed:
@@ -61,6 +61,13 @@ def doctor_jax(apply_fn: Any, variables: Any, *inputs: Any, devices: int | Seque
     if error is not None:
         findings.append(error)
     return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list), tuple(findings), tuple(notes))
+
+
+def _function_name(fn: Any) -> str:
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, type):
+        return f"{type(owner).__name__}.{fn.__name__}"
+    return getattr(fn, "__qualname__", type(fn).__name__)
 
 
 def _devices(devices: int | Sequence[Any]) -> list:
@@ -83,7 +90,7 @@ def _device_name(device: Any) -> str:
     return f"{device.platform}:{device.id}"
 
 
-def _closed_over(consts: list, reached: list[Reached], devices: list) -> list[Finding]:
+def _closed_over(consts: list, reached: list[Reached], functions: list, devices: list) -> list[Finding]:
     """A constant of the trace that is a committed array on one device (named when the walk saw it)."""
     named = {id(item.value): item for item in reached}
     findings = []
@@ -93,7 +100,7 @@ def _closed_over(consts: list, reached: list[Reached], devices: list) -> list[Fi
             continue
         item = named.get(id(const))
         where = item.name if item else f"an array {const.dtype}{list(const.shape)}"
-        source = _first_mention(item.functions, item.name.split(".")[0]) if item else None
+        source = _first_mention(item.functions or functions, item.name) if item else None
         replicas = tuple(i for i, d in enumerate(devices) if d != on)
         message = (f"closed over by the apply function, committed to {_device_name(on)}: it is not in the "
                    f"variables, so dp_jax.replicate never copies it; jit bakes it into every replica's "
@@ -190,13 +197,20 @@ def _traces_words(traces: list[int]) -> str:
 
 
 def _side_effect(item: Reached, functions: list, traces: list[int]) -> Finding:
-    name = item.name.split(".")[0]
-    source = _first_mention(item.functions or tuple(functions), name)
+    source = _first_mention(item.functions or tuple(functions), item.name)
     what = "rebinds the global" if _rebound(item) else "changes"
+    stored = " (and what it stores are tracers, not values)" if _holds_tracer(item) else ""
     message = (f"tracing the apply function {what} {item.name} ({type(item.value).__name__}); "
-               f"{_traces_words(traces)}, so it does not happen once per replica or per step, and what it "
-               f"stores are tracers, not values")
+               f"{_traces_words(traces)}, so it does not happen once per replica or per step{stored}")
     return Finding("side-effect-in-trace", item.name, (), (), message, FIXES["side-effect-in-trace"], source)
+
+
+def _holds_tracer(item: Reached) -> bool:
+    import jax
+
+    value = item.global_of.get(item.name) if item.global_of is not None else item.value
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple, set)) else [value]
+    return any(isinstance(v, jax.core.Tracer) for v in values)
 
 
 def _rebound(item: Reached) -> bool:
@@ -209,8 +223,17 @@ def _print_effect(line: str, traces: list[int]) -> Finding:
 
 
 def _first_mention(functions, name: str) -> str | None:
-    """'file.py:line' of the first line in these functions' source that names `name`."""
-    pattern = re.compile(rf"(?<![\w.]){re.escape(name)}\b")
+    """'file.py:line' of the first line in these functions' source naming `name` (else its first part)."""
+    for candidate in dict.fromkeys((name, name.split(".")[0])):
+        if candidate == "self":
+            continue
+        line = _first_line_matching(functions, re.compile(rf"(?<![\w.]){re.escape(candidate)}\b"))
+        if line is not None:
+            return line
+    return None
+
+
+def _first_line_matching(functions, pattern: re.Pattern) -> str | None:
     for fn in reversed(tuple(functions)):
         try:
             lines, first = inspect.getsourcelines(fn)
@@ -221,7 +244,5 @@ def _first_mention(functions, name: str) -> str | None:
             continue
         for offset, text in enumerate(lines[1:], 1):
             if pattern.search(text.split("#")[0]) and not text.strip().startswith("global "):
-                from comparisons.doctor.source import _short
-
-                return f"{_short(filename)}:{first + offset}"
+                return f"{short_path(filename)}:{first + offset}"
     return None

@@ -2,8 +2,9 @@
 
 JAX's counterpart of a module's plain attribute is a value the function closes over. This walks
 from the function through closure cells, referenced globals, `functools.partial` arguments, bound
-`self`s (a Flax module's fields) and the functions among them, a few levels deep. Cost: Python
-introspection only; nothing is traced or compiled.
+`self`s (a Flax module's fields), the user-written methods of their classes, and the functions
+among them, a few levels deep; library code is not entered. Cost: Python introspection only;
+nothing is traced or compiled.
 """
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import dataclasses
 import functools
 import inspect
 import types
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from comparisons.doctor.source import is_user_file
 
@@ -21,109 +21,96 @@ _MAX_DEPTH = 3
 
 @dataclass(frozen=True)
 class Reached:
-    """A value reachable from the apply function: its name and the functions that mention it."""
+    """A value reachable from the apply function: its name and the functions that lead to it."""
 
-    name: str                            # "scale", "model.table", "LOG"
+    name: str                            # "scale", "self.table", "LOG"
     value: object
     functions: tuple[types.FunctionType, ...]
     global_of: dict | None = None        # the globals dict it lives in, for a global name
 
 
-def reachable(fn: object) -> list[Reached]:
-    """Every named value the function (and functions it reaches) can read, deduplicated by name."""
-    found: dict[str, Reached] = {}
-    seen: set[int] = set()
-    _walk(fn, "", (), found, seen, 0)
-    return list(found.values())
+@dataclass
+class Reach:
+    """The walk's result: named values (first name wins) and every user function entered."""
+
+    values: dict[str, Reached] = field(default_factory=dict)
+    functions: list[types.FunctionType] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)
 
 
-def functions_of(reached: list[Reached], fn: object) -> list[types.FunctionType]:
-    """The Python functions the walk went through, the apply function's own first."""
-    functions = list(_own_functions(fn))
-    for item in reached:
-        functions.extend(f for f in item.functions if f not in functions)
-    return functions
+def reachable(fn: object) -> Reach:
+    """Every named value the function (and the user functions it reaches) can read."""
+    reach = Reach()
+    _walk(reach, fn, "", (), 0)
+    return reach
 
 
-def _own_functions(fn: object) -> Iterator[types.FunctionType]:
-    if isinstance(fn, functools.partial):
-        yield from _own_functions(fn.func)
-    elif isinstance(fn, types.MethodType):
-        yield from _own_functions(fn.__func__)
-    elif isinstance(fn, types.FunctionType):
-        yield fn
-
-
-def _walk(obj: object, prefix: str, via: tuple, found: dict, seen: set, depth: int) -> None:
-    if id(obj) in seen or depth > _MAX_DEPTH:
+def _walk(reach: Reach, obj: object, prefix: str, via: tuple, depth: int) -> None:
+    if id(obj) in reach.seen or depth > _MAX_DEPTH:
         return
-    seen.add(id(obj))
+    reach.seen.add(id(obj))
     if isinstance(obj, functools.partial):
-        _walk(obj.func, prefix, via, found, seen, depth)
+        _walk(reach, obj.func, prefix, via, depth)
         named = [(f"{prefix}partial.args[{i}]", arg) for i, arg in enumerate(obj.args)]
-        named += [(f"{prefix}{key}", arg) for key, arg in obj.keywords.items()]
-        for name, value in named:
-            if _add(name, value, via, found):
-                _descend(name, value, via, found, seen, depth)
+        _add_all(reach, [(f"{prefix}{key}", arg, None) for key, arg in obj.keywords.items()]
+                 + [(name, arg, None) for name, arg in named], via, depth)
     elif isinstance(obj, types.MethodType):
-        _walk(obj.__func__, prefix, via, found, seen, depth)
-        _fields(obj.__self__, prefix or "self.", via, found, seen, depth)
-        _methods(type(obj.__self__), via, found, seen, depth)
+        _walk(reach, obj.__func__, prefix, via, depth)
+        _fields(reach, obj.__self__, prefix or "self.", via, depth)
+        _methods(reach, type(obj.__self__), via, depth)
     elif isinstance(obj, types.FunctionType):
-        if not is_user_file(obj.__code__.co_filename):
-            return  # a library's closures are not the user's state
-        via = (*via, obj)
-        try:
-            variables = inspect.getclosurevars(obj)
-        except (TypeError, ValueError):
-            return
-        named = [(name, value, None) for name, value in variables.nonlocals.items()]
-        named += [(name, value, obj.__globals__) for name, value in variables.globals.items()]
-        # Names this function reads come before anything found deeper (which may reuse a name).
-        added = [(name, value) for name, value, globals_ in named
-                 if _add(prefix + name, value, via, found, globals_)]
-        for name, value in added:
-            _descend(prefix + name, value, via, found, seen, depth)
-        for name, value, _ in named:
-            if isinstance(value, type):
-                _walk(value, "", via, found, seen, depth + 1)
+        _function(reach, obj, prefix, via, depth)
     elif isinstance(obj, type):
-        _methods(obj, via, found, seen, depth)
+        _methods(reach, obj, via, depth)
     elif dataclasses.is_dataclass(obj):
-        _fields(obj, prefix, via, found, seen, depth)
-        _methods(type(obj), via, found, seen, depth)
+        _fields(reach, obj, prefix, via, depth)
+        _methods(reach, type(obj), via, depth)
 
 
-def _methods(cls: type, via: tuple, found: dict, seen: set, depth: int) -> None:
-    """The user-written methods of a class (a Flax module's __call__ and setup): their globals."""
-    for klass in cls.__mro__:
-        for value in vars(klass).values():
-            value = inspect.unwrap(value) if callable(value) else value  # past decorators (nn.compact)
-            if isinstance(value, types.FunctionType) and is_user_file(value.__code__.co_filename):
-                _walk(value, "", via, found, seen, depth + 1)
+def _function(reach: Reach, fn: types.FunctionType, prefix: str, via: tuple, depth: int) -> None:
+    if not is_user_file(fn.__code__.co_filename):
+        return  # a library's closures are not the user's state
+    reach.functions.append(fn)
+    try:
+        variables = inspect.getclosurevars(fn)
+    except (TypeError, ValueError):
+        return
+    named = [(prefix + name, value, None) for name, value in variables.nonlocals.items()]
+    named += [(prefix + name, value, fn.__globals__) for name, value in variables.globals.items()]
+    _add_all(reach, named, (*via, fn), depth)
+    for _, value, _ in named:
+        if isinstance(value, type):
+            _walk(reach, value, "", (*via, fn), depth + 1)
 
 
-def _add(name: str, value: object, via: tuple, found: dict, globals_=None) -> bool:
-    """Record a name (first one wins); False when it is not worth recording or already known."""
-    if isinstance(value, (types.ModuleType, type)) or name.startswith("__") or name in found:
+def _add_all(reach: Reach, named: list, via: tuple, depth: int) -> None:
+    """Record every name first (the names a function reads beat anything found deeper), then descend."""
+    added = [(name, value) for name, value, globals_ in named if _add(reach, name, value, via, globals_)]
+    for name, value in added:
+        if callable(value) or dataclasses.is_dataclass(value):
+            _walk(reach, value, "" if isinstance(value, types.FunctionType) else f"{name}.", via, depth + 1)
+
+
+def _add(reach: Reach, name: str, value: object, via: tuple, globals_: dict | None) -> bool:
+    if isinstance(value, (types.ModuleType, type)) or name.startswith("__") or name in reach.values:
         return False
-    found[name] = Reached(name, value, via, globals_)
+    reach.values[name] = Reached(name, value, via, globals_)
     return True
 
 
-def _descend(name: str, value: object, via: tuple, found: dict, seen: set, depth: int) -> None:
-    if callable(value) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
-        prefix = "" if isinstance(value, types.FunctionType) else f"{name}."
-        _walk(value, prefix, via, found, seen, depth + 1)
-
-
-def _fields(obj: object, prefix: str, via: tuple, found: dict, seen: set, depth: int) -> None:
+def _fields(reach: Reach, obj: object, prefix: str, via: tuple, depth: int) -> None:
     """A bound object's dataclass fields (a Flax module's attributes), else its instance __dict__."""
     if dataclasses.is_dataclass(obj):
         names = [f.name for f in dataclasses.fields(obj) if f.name not in ("parent", "name")]
     else:
         names = [n for n in getattr(obj, "__dict__", {}) if not n.startswith("_")]
-    for name in names:
-        value = getattr(obj, name, None)
-        if _add(prefix + name, value, via, found):
-            _descend(prefix + name, value, via, found, seen, depth + 1)
+    _add_all(reach, [(prefix + name, getattr(obj, name, None), None) for name in names], via, depth + 1)
+
+
+def _methods(reach: Reach, cls: type, via: tuple, depth: int) -> None:
+    """The user-written methods of a class (a Flax module's __call__ and setup)."""
+    for klass in cls.__mro__:
+        for value in list(vars(klass).values()):
+            value = inspect.unwrap(value) if callable(value) else value  # past decorators (nn.compact)
+            if isinstance(value, types.FunctionType):
+                _walk(reach, value, "", via, depth + 1)

@@ -34,13 +34,12 @@ def to_table(report: DoctorReport, width: int = 100) -> str:
 
 
 def _involved(finding: Finding) -> str:
-    replicas = ", ".join(map(str, finding.replicas)) or "-"
-    parts = [f"replicas {replicas}"]
+    parts = [f"replicas {', '.join(map(str, finding.replicas))}"] if finding.replicas else []
     if finding.devices:
         parts.append(f"devices {', '.join(finding.devices)}")
     if finding.source and finding.source != finding.where:
         parts.append(f"line {finding.source}")
-    return "; ".join(parts)
+    return "; ".join(parts) or "every replica (at trace time)"
 
 
 # The comparison report's look (comparisons/render/html.py), in a few rules.

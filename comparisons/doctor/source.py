@@ -26,10 +26,14 @@ def _library_dirs() -> list[str]:
     return dirs
 
 
-def is_user_file(filename: str, skip: list[str] | None = None) -> bool:
-    """False for our packages, the standard library, torch/JAX/Flax and frozen or generated code."""
-    if filename.startswith("<") and not filename.startswith("<doctor"):
-        return filename.startswith("<string>") or filename.startswith("<stdin>")
+def is_user_file(filename: str, skip: list[str] | None = None, module_name: str = "__main__") -> bool:
+    """False for our packages, the standard library, torch/JAX/Flax and frozen or generated code.
+
+    `<string>` is the user's (`python -c`) only in `__main__`; elsewhere it is generated code
+    (a dataclass's __init__ in a library).
+    """
+    if filename.startswith("<"):
+        return filename in ("<string>", "<stdin>") and module_name == "__main__"
     path = os.path.abspath(filename)
     prefixes = _OURS + _STDLIB + (skip if skip is not None else _library_dirs())
     return not any(path.startswith(prefix) for prefix in prefixes)
@@ -40,13 +44,13 @@ def user_line(frame: FrameType | None = None) -> str | None:
     frame = frame or sys._getframe(1)
     skip = _library_dirs()
     while frame is not None:
-        if is_user_file(frame.f_code.co_filename, skip):
-            return f"{_short(frame.f_code.co_filename)}:{frame.f_lineno}"
+        if is_user_file(frame.f_code.co_filename, skip, frame.f_globals.get("__name__", "")):
+            return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
         frame = frame.f_back
     return None
 
 
-def _short(filename: str) -> str:
+def short_path(filename: str) -> str:
     """A path relative to the working directory when it lies below it, else as given."""
     try:
         relative = os.path.relpath(filename)
@@ -74,8 +78,8 @@ def _innermost_user_line(traceback, skip: list[str]) -> str | None:
     found = None
     while traceback is not None:
         code = traceback.tb_frame.f_code
-        if is_user_file(code.co_filename, skip):
-            found = f"{_short(code.co_filename)}:{traceback.tb_lineno}"
+        if is_user_file(code.co_filename, skip, traceback.tb_frame.f_globals.get("__name__", "")):
+            found = f"{short_path(code.co_filename)}:{traceback.tb_lineno}"
         traceback = traceback.tb_next
     return found
 
@@ -101,5 +105,5 @@ def assignment_line(cls: type, attribute: str) -> str | None:
             defined = re.match(r"\s*def (\w+)", text)
             method = defined.group(1) if defined else method
             if method != "__init__" and pattern.search(text) and filename and is_user_file(filename):
-                return f"{_short(filename)}:{first + offset}"
+                return f"{short_path(filename)}:{first + offset}"
     return None

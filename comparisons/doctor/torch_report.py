@@ -72,7 +72,8 @@ def _lost_inplace_update(evidence: Evidence) -> str | None:
     op = evidence.ops[0] if evidence.ops else "an in-place op"
     kept = (" Replica 0's write is kept (replica 0 shares the original's storage, as for BatchNorm's "
             "running statistics), so the original sees chunk 0's update only." if 0 in writers else "")
-    return (f"{replica_list(lost)} write this parameter/buffer in place ({op}{_at(evidence)}); their "
+    at = f" at {evidence.uses[0]}" if evidence.uses else ""
+    return (f"{replica_list(lost)} write this parameter/buffer in place ({op}{at}); their "
             f"copies are discarded after the forward, so these updates are lost.{kept}")
 
 

@@ -190,9 +190,10 @@ def tiny_hf_models():
     tokens = torch.randint(0, 50, (8, 6), generator=torch.Generator().manual_seed(17))
     images = torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(18))
     small = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
-    return [
+    gpt2 = transformers.GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=2, use_cache=False)
+    return [  # GPT-2's key/value cache is a DynamicCache, which DataParallel cannot gather: off
         (transformers.BertModel(transformers.BertConfig(vocab_size=50, **small)), tokens),
-        (transformers.GPT2Model(transformers.GPT2Config(vocab_size=50, n_embd=16, n_layer=2, n_head=2)), tokens),
+        (transformers.GPT2Model(gpt2), tokens),
         (transformers.ViTModel(transformers.ViTConfig(image_size=32, patch_size=8, **small)), images),
         (transformers.ResNetModel(transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16],
                                                             depths=[1, 1])), images),
@@ -201,7 +202,7 @@ def tiny_hf_models():
 
 def test_transformers_tiny_models_are_clean():
     for model, x in tiny_hf_models():
-        report = doctor_torch(model.train(), x)
+        report = doctor_torch(model.train(), x, backward=True)
         assert report.ok, (type(model).__name__, report.render())
 
 
