@@ -5,6 +5,7 @@ Nothing here imports the rest of the package; `placement` turns the Leaves into 
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -33,9 +34,24 @@ def backend_of(obj: Any) -> str | None:
         children = obj.values()
     elif isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
         children = obj
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        children = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
     else:
-        return None
+        children = _registered_children(obj)
     return next((b for b in map(backend_of, children) if b is not None), None)
+
+
+def _registered_children(obj: Any) -> list:
+    """Leaves of `obj` as a pytree node registered with torch or JAX (either already imported)."""
+    torch_pytree = sys.modules.get("torch.utils._pytree")
+    if torch_pytree is not None and type(obj) in torch_pytree.SUPPORTED_NODES:
+        return torch_pytree.tree_leaves(obj)
+    tree_util = sys.modules.get("jax.tree_util")
+    if tree_util is not None:
+        leaves = tree_util.tree_leaves(obj)
+        if leaves != [obj]:
+            return leaves
+    return []
 
 
 def device_label(device: Any) -> str:
@@ -76,12 +92,51 @@ def _torch_items(obj, replica, role, name, labels) -> Iterator[Leaf]:
     if isinstance(obj, torch.nn.Module):
         yield from _module_items(obj, replica)
         return
+    for path, value in torch_leaves_with_paths(obj):
+        if isinstance(value, torch.Tensor):
+            yield Leaf(replica, name + path, role or "input", value, str(value.device))
+
+
+def key_path_str(path: Sequence[Any]) -> str:
+    """"['logits'][0]" for a torch or JAX key path: a field, a mapping key and an attribute all
+    print as ['name'], so a torch ModelOutput (a dict) and a Flax one (a dataclass) get one path."""
+    parts = []
+    for key in path:
+        if hasattr(key, "idx"):  # SequenceKey
+            parts.append(f"[{key.idx}]")
+        elif hasattr(key, "name"):  # GetAttrKey (namedtuple and dataclass fields)
+            parts.append(f"[{key.name!r}]")
+        else:  # MappingKey / DictKey / FlattenedIndexKey
+            parts.append(f"[{key.key!r}]")
+    return "".join(parts)
+
+
+def torch_leaves_with_paths(obj: Any) -> list[tuple[str, Any]]:
+    """(path, leaf) of a torch pytree, in torch's flatten order, paths as `key_path_str` prints them.
+
+    A type registered with torch's pytree without key functions (transformers registers its
+    ModelOutput so) has no key path; its children are named from the spec's context when that is
+    its list of keys (as for a mapping), else by position.
+    """
     from torch.utils import _pytree
 
-    for path, value in _pytree.tree_flatten_with_path(obj)[0]:
-        if isinstance(value, torch.Tensor):
-            yield Leaf(replica, name + _pytree.keystr(path), role or "input", value,
-                       str(value.device))
+    try:
+        return [(key_path_str(path), leaf) for path, leaf in _pytree.tree_flatten_with_path(obj)[0]]
+    except ValueError:  # "Did not find a flatten_with_keys_fn for type ..."
+        leaves, spec = _pytree.tree_flatten(obj)
+        return list(zip(_spec_paths(spec, ""), leaves))
+
+
+def _spec_paths(spec: Any, prefix: str) -> Iterator[str]:
+    if spec.is_leaf():
+        yield prefix
+        return
+    context, children = spec.context, spec.children()
+    keyed = isinstance(context, (list, tuple)) and len(context) == len(children) \
+        and all(isinstance(k, (str, int)) for k in context) and not issubclass(spec.type, (list, tuple))
+    for index, child in enumerate(children):
+        key = f"[{context[index]!r}]" if keyed else f"[{index}]"
+        yield from _spec_paths(child, prefix + key)
 
 
 def _module_items(module, replica) -> Iterator[Leaf]:
@@ -113,7 +168,7 @@ def _jax_items(obj, replica, role, name, labels) -> Iterator[Leaf]:
             leaf_path = jax.tree_util.keystr(path, simple=True, separator=".")
             leaf_role = "param" if leaf_path.startswith("params.") else "buffer"
         else:
-            leaf_path, leaf_role = name + jax.tree_util.keystr(path), role or "input"
+            leaf_path, leaf_role = name + key_path_str(path), role or "input"
         shards = value.addressable_shards
         if len(shards) == 1:
             yield Leaf(replica, leaf_path, leaf_role, value, device_label(shards[0].device))
