@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import _doctor_models_jax as models
 import jax
 import numpy as np
 import pytest
 
-import _doctor_models_jax as models
 import dp_jax
 from comparisons import models as pairs
 from comparisons.doctor import doctor_jax

@@ -60,8 +60,8 @@ def _fixed_device_creation(evidence: Evidence) -> str:
 def _cross_device_op(evidence: Evidence) -> str:
     ops = ", ".join(evidence.ops)
     return (f"{ops} on {replica_list(evidence.replicas)} mixes the replica's device with "
-            f"{_device_words(evidence)}: that operand is neither an input, a parameter or buffer, nor made from them on the replica's device "
-            f"(a global tensor, or one kept on another object)")
+            f"{_device_words(evidence)}: that operand is neither an input, a parameter or buffer, nor made "
+            f"from them on the replica's device (a global tensor, or one kept on another object)")
 
 
 def _lost_inplace_update(evidence: Evidence) -> str | None:
@@ -81,8 +81,9 @@ def _state_on_self(evidence: Evidence) -> str:
     owner = evidence.detail.get("owner")
     name = evidence.where.rsplit(".", 1)[-1]
     return (f"{replica_list(evidence.replicas)} assign self.{name} during forward"
-            f"{' in ' + type(owner).__name__ if owner is not None else ''}{_at(evidence)}; each replica is a throwaway shallow "
-            f"copy, so the original module never sees the value (and the next forward starts without it)")
+            f"{' in ' + type(owner).__name__ if owner is not None else ''}{_at(evidence)}; each replica is a "
+            f"throwaway shallow copy, so the original module never sees the value (and the next forward "
+            f"starts without it)")
 
 
 def _run_error(error: BaseException, line: str | None, replica: int | None) -> Finding:

@@ -1,17 +1,15 @@
 """The torch doctor on virtual devices: each broken model yields exactly its kind, sound ones nothing."""
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
+import _doctor_models as models
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-import _doctor_models as models
-import dp_torch
 from comparisons import models as pairs
 from comparisons.doctor import doctor_torch
 from dp_torch import virtual
