@@ -1,0 +1,96 @@
+"""compare_distributed: DDP on P ranks and JAX on P processes x D devices, beside one-process runs.
+
+Both multi-process sides are started first (each P local processes), and the single-process
+references run here while they work: dp_torch.DataParallel on P devices (DDP's chunks) and on
+P x D (the JAX mesh's chunks), dp_jax.DataParallel on P x D JAX devices, and where they measure a
+by-design difference, DataParallel with DDP's loss weighting and torch on the whole batch.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from comparisons._arguments import ComparisonError
+from comparisons.distributed.config import WorkerConfig, chunk_rows
+from comparisons.distributed.launcher import Launch
+from comparisons.verdicts import ComparisonReport
+
+SIDES = ("torch", "jax")
+WORKERS = {"torch": "comparisons.distributed.torch_worker", "jax": "comparisons.distributed.jax_worker"}
+
+
+def compare_distributed(pair: str, *, processes: int = 2, devices: int = 2, batch_size: int | None = None,
+                        steps: int = 2, optimizer: str = "sgd", dtype: str = "float32", seed: int = 0,
+                        sides: Sequence[str] = SIDES, timeout: float = 120.0,
+                        rendezvous_timeout: float = 60.0) -> ComparisonReport:
+    """Run `pair` under DDP (P ranks) and multi-process JAX (P x D devices); judge them in one report.
+
+    Args:
+      pair: a built-in pair's name (each worker is a fresh process and finds the pair by name).
+      processes: P, the number of torch ranks and of JAX processes.
+      devices: D, emulated CPU devices per JAX process (torch ranks use one CPU each).
+      batch_size: the global batch; None = 4 rows per JAX device (4 P D). The JAX side needs a
+        multiple of P D (equal shards); the torch side alone takes any batch of at least P rows.
+      sides: "torch", "jax" or both.
+      timeout: seconds per multi-process run, start-up included; rendezvous_timeout bounds the
+        workers' init_process_group / jax.distributed.initialize.
+    Cost: 2 P Python processes (imports ~5-10 s each on a busy 2-core machine) plus the
+    single-process runs, which overlap with them. Raises LaunchError when a rank fails or hangs.
+    """
+    from comparisons.distributed import checks
+
+    config = _config(pair, processes, devices, batch_size, steps, optimizer, dtype, seed, sides,
+                     rendezvous_timeout)
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        runs = {side: stack.enter_context(_launch(side, config, processes, timeout)) for side in sides}
+        local = checks.single_process_runs(config, processes, sides)
+        results = {side: [r.value for r in run.wait()] for side, run in runs.items()}
+    seconds = time.perf_counter() - started
+    return checks.report(config, processes, sides, local, results, seconds)
+
+
+def _launch(side: str, config: WorkerConfig, processes: int, timeout: float) -> Launch:
+    command = [sys.executable, "-m", WORKERS[side], config.to_json()]
+    return Launch(command, processes, side=side, timeout=timeout)
+
+
+def _config(pair, processes, devices, batch_size, steps, optimizer, dtype, seed, sides,
+            rendezvous_timeout) -> WorkerConfig:
+    from comparisons._numerics import TOLERANCES
+    from comparisons._runs import OPTIMIZERS
+    from comparisons.models.builtin import BUILTIN
+
+    builtin = [p.name for p in BUILTIN]
+    if pair not in builtin:
+        raise ComparisonError(f"compare_distributed: pair={pair!r}; the workers are fresh processes that know the "
+                              f"built-in pairs only: {builtin}")
+    for name, value in (("processes", processes), ("devices", devices), ("steps", steps)):
+        _positive(name, value)
+    unknown = [s for s in sides if s not in SIDES]
+    if not sides or unknown:
+        raise ComparisonError(f"compare_distributed: sides={list(sides)!r}; pass one or both of {SIDES}")
+    if optimizer not in OPTIMIZERS or dtype not in TOLERANCES:
+        raise ComparisonError(f"compare_distributed: optimizer={optimizer!r}, dtype={dtype!r}; use one of "
+                              f"{sorted(OPTIMIZERS)} and one of {sorted(TOLERANCES)}")
+    batch = 4 * processes * devices if batch_size is None else _positive("batch_size", batch_size)
+    if "jax" in sides and batch % (processes * devices):
+        raise ComparisonError(
+            f"compare_distributed: batch_size={batch} does not split into {processes} x {devices} equal shards, "
+            f"which a sharded global JAX array needs; pass a multiple of {processes * devices}, or "
+            "sides=('torch',) to measure DDP alone on an uneven batch")
+    try:
+        chunk_rows(batch, processes)
+    except ValueError as error:
+        raise ComparisonError(f"compare_distributed: {error}") from None
+    return WorkerConfig(pair, batch, steps, optimizer, dtype, seed, devices, float(rendezvous_timeout))
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ComparisonError(f"compare_distributed: {name}={value!r}; pass a positive integer")
+    return value
+
