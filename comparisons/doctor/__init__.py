@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from comparisons.doctor import render  # noqa: F401  (registers the formats of DoctorReport.render)
 from comparisons.doctor.findings import KINDS, DoctorReport, Finding
 
 __all__ = ["KINDS", "DoctorReport", "Finding", "doctor_jax", "doctor_torch"]

@@ -29,6 +29,8 @@ FIXES = {
     "run-error": "fix the error above; the doctor's other findings are what it saw before it",
 }
 KINDS = tuple(FIXES)
+# fmt -> function(report) -> str; filled by comparisons.doctor.render when the package is imported.
+RENDERERS: dict = {}
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,9 @@ class DoctorReport:
 
     def render(self, fmt: str = "table") -> str:
         """The report as 'table', 'json' or 'html'."""
-        from comparisons.doctor.render import render
-
-        return render(self, fmt)
+        if fmt not in RENDERERS:
+            raise ValueError(f"render: fmt={fmt!r}; choose one of {', '.join(RENDERERS) or 'table, json, html'}")
+        return RENDERERS[fmt](self)
 
 
 def replica_list(replicas) -> str:

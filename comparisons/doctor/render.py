@@ -4,16 +4,12 @@ from __future__ import annotations
 import textwrap
 from html import escape
 
-from comparisons.doctor.findings import DoctorReport, Finding
-
-FORMATS = ("table", "json", "html")
+from comparisons.doctor.findings import RENDERERS, DoctorReport, Finding
 
 
 def render(report: DoctorReport, fmt: str = "table") -> str:
     """The report in `fmt` (one of FORMATS)."""
-    if fmt not in _RENDERERS:
-        raise ValueError(f"render: fmt={fmt!r}; choose one of {', '.join(FORMATS)}")
-    return _RENDERERS[fmt](report)
+    return report.render(fmt)
 
 
 def headline(report: DoctorReport) -> str:
@@ -74,4 +70,5 @@ def to_html(report: DoctorReport) -> str:
     return "\n".join(parts)
 
 
-_RENDERERS = {"table": to_table, "json": DoctorReport.to_json, "html": to_html}
+RENDERERS.update(table=to_table, json=DoctorReport.to_json, html=to_html)
+FORMATS = tuple(RENDERERS)
