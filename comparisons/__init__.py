@@ -10,12 +10,14 @@ Layers, each importing only those below it (tests/test_import_structure.py check
   _numerics, _placement_checks   judging: arrays and placement maps -> Checks
   render/               table, JSON, Markdown, HTML; registers them for ComparisonReport.render
   harness               runs both backends (_runs, _torch_run, _jax_run, convert, models) and judges
+  doctor/               doctor_torch / doctor_jax: what DataParallel will not put on each device, in a user's model
 Importing this package imports neither torch nor JAX; they load when a comparison needs them.
 """
 from comparisons import render  # noqa: F401  (registers the report formats)
+from comparisons.doctor import doctor_jax, doctor_torch
 from comparisons.harness import ComparisonError, compare
 from comparisons.placement import PlacementMap, PlacementRecord, placement_of
 from comparisons.verdicts import Check, ComparisonReport
 
 __all__ = ["Check", "ComparisonError", "ComparisonReport", "PlacementMap", "PlacementRecord", "compare",
-           "placement_of"]
+           "doctor_jax", "doctor_torch", "placement_of"]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import dp_jax
+from comparisons import doctor_jax  # the public spelling: comparisons.doctor_jax
 from comparisons import models as pairs
-from comparisons.doctor import doctor_jax
 
 MODELS_FILE = Path(models.__file__)
 
