@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from comparisons.distributed.cli import PROCESSES_HELP
 from comparisons.harness import STRATEGIES, TORCH_DEVICES
 from comparisons.render import FORMATS
 
@@ -29,7 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices)
         fmt, out, html_out = args.format, args.out, None
     try:
-        report = _run(settings)
+        report = (_run_distributed(args, argv) if getattr(args, "processes", None) is not None \
+            else _run(settings))
     except ValueError as error:  # ComparisonError, ConversionError and the backends' refusals
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -66,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
                           "CUDA if it has --devices GPUs, else virtual")
     run.add_argument("--format", default="table", choices=FORMATS, help="output format (default table)")
     run.add_argument("--out", help="write the report here instead of stdout")
+    run.add_argument("--processes", type=int, metavar="P", help=PROCESSES_HELP)
     return parser
 
 
@@ -118,6 +121,13 @@ def _set_jax_cpu_devices(count: int) -> None:
     import jax
 
     jax.config.update("jax_num_cpu_devices", count)
+
+
+def _run_distributed(args: argparse.Namespace, argv: Sequence[str] | None):
+    """DDP and multi-process JAX (comparisons.distributed); a failed worker exits with status 3."""
+    from comparisons.distributed.cli import run_from_args
+
+    return run_from_args(args, argv)
 
 
 def _emit(report, fmt: str, out: str | None) -> None:

@@ -1,0 +1,43 @@
+"""`python -m comparisons run --processes P --devices D ...`: the multi-process comparison from the CLI.
+
+comparisons/__main__.py parses the flags and renders the report; this module turns the parsed
+flags into a `compare_distributed` call. A worker that fails or hangs ends the command with
+status 3 and one message naming the side, the rank and its stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+PROCESSES_HELP = (
+    "run multi-process instead: PyTorch's DistributedDataParallel on P local ranks (gloo) and JAX on P "
+    "processes (jax.distributed) x --devices CPU devices each, one global mesh, both checked against "
+    "one-process DataParallel (dp_torch, dp_jax); --batch defaults to 4 rows per JAX device and must split "
+    "evenly over P x devices; exit status 3 when a worker fails or hangs (its rank and stderr are printed)")
+
+
+def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None):
+    """The ComparisonReport for the parsed `run` flags; LaunchError -> message on stderr, SystemExit(3)."""
+    from comparisons._arguments import ComparisonError
+    from comparisons.distributed.compare import compare_distributed
+    from comparisons.distributed.launcher import LaunchError
+
+    if args.strategy:
+        raise ComparisonError("run --processes: --strategy does not apply; the multi-process JAX side has its own "
+                              "jitted step over the global mesh (drop --strategy)")
+    if args.torch_devices != "auto":
+        raise ComparisonError("run --processes: --torch-devices does not apply; each DDP rank uses one CPU "
+                              "(drop --torch-devices)")
+    batch = args.batch if _given("--batch", sys.argv[1:] if argv is None else argv) else None
+    try:
+        return compare_distributed(args.model, processes=args.processes, devices=args.devices, batch_size=batch,
+                                   steps=args.steps, optimizer=args.optimizer, dtype=args.dtype, seed=args.seed)
+    except LaunchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(3) from None
+
+
+def _given(flag: str, argv: Sequence[str]) -> bool:
+    """Whether `flag` is on the command line (argparse fills in its default otherwise)."""
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
