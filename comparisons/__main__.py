@@ -1,38 +1,54 @@
 """`python -m comparisons demo | run | list`: compare dp_torch and dp_jax from the command line.
 
-Exit status: 0 when every check passes, 1 when one fails, 2 on bad input (message on stderr).
-JAX's emulated CPU device count is set here, before JAX initialises.
+Exit status: 0 when every check passes, 1 when one fails, 2 on bad input (message on stderr),
+130 on Ctrl-C (no report file is left behind). Pairs from user code: `--pair module:NAME`,
+`--import module`, and the entry-point group `dp_compare.pairs` (comparisons/user_pairs.py).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
+from comparisons._backend_devices import TORCH_DEVICES, install_virtual, torch_kind
 from comparisons.distributed.cli import PROCESSES_HELP
-from comparisons.harness import STRATEGIES, TORCH_DEVICES
+from comparisons.harness import STRATEGIES
 from comparisons.render import FORMATS
 
 DEMO = {"pair": "cnn_bn", "batch_size": 10, "devices": 4, "steps": 2}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "list":
-        return _list()
-    if args.command == "demo":
-        settings = dict(DEMO, strategies=None, optimizer="sgd", dtype="float32", seed=0, torch_devices="auto")
-        fmt, out, html_out = "table", None, args.out
-    else:
-        settings = dict(pair=args.model, batch_size=args.batch, devices=args.devices,
-                        strategies=_strategy_list(args.strategy), steps=args.steps, optimizer=args.optimizer,
-                        dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices)
-        fmt, out, html_out = args.format, args.out, None
     try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C): no report written", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        pair = _load_user_pairs(args)
+        if args.command == "list":
+            return _list()
+        if args.command == "demo":
+            settings = dict(DEMO, strategies=None, optimizer="sgd", dtype="float32", seed=0, torch_devices="auto")
+            fmt, out, html_out = "table", None, args.out
+        else:
+            settings = dict(pair=_model_name(args, pair), batch_size=args.batch, devices=args.devices,
+                            strategies=_strategy_list(args.strategy), steps=args.steps, optimizer=args.optimizer,
+                            dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices)
+            fmt, out, html_out = args.format, args.out, None
+        for path, flag in ((out, "--out"), (html_out, "--out")):
+            if path is not None:
+                _check_writable(path, flag)
         report = (_run_distributed(args, argv) if getattr(args, "processes", None) is not None \
             else _run(settings))
-    except ValueError as error:  # ComparisonError, ConversionError and the backends' refusals
+    except ValueError as error:  # ComparisonError, ConversionError, UserPairError and the backends' refusals
         print(f"error: {error}", file=sys.stderr)
         return 2
     try:
@@ -45,15 +61,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if report.ok else 1
 
 
+def _load_user_pairs(args: argparse.Namespace):
+    """Installed packages' pairs (entry points), then --import modules, then --pair objects (the last returned)."""
+    from comparisons import user_pairs
+
+    user_pairs.load_entry_points()
+    for module in getattr(args, "imports", None) or ():
+        user_pairs.import_module(module)
+    pairs = [user_pairs.load_pair(spec) for spec in getattr(args, "pairs", None) or ()]
+    return pairs[-1] if pairs else None
+
+
+def _model_name(args: argparse.Namespace, pair) -> str:
+    if args.model is not None:
+        return args.model
+    if pair is None:
+        raise ValueError("run: name the model: --model NAME (see `list`), or --pair module:NAME for your own")
+    return pair.name
+
+
+def _check_cuda() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("--torch-devices cuda: there is no CUDA here (torch.cuda.is_available() is False); "
+                         "use --torch-devices auto (virtual devices vdev:i without GPUs) or cpu")
+
+
+def _check_writable(path: str, flag: str) -> None:
+    """Refuse an --out the report could not be written to, before the comparison spends its time."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise ValueError(f"{flag} {path}: is a folder; pass a file path, e.g. {flag} {target / 'report.html'}")
+    if not folder.is_dir():
+        raise ValueError(f"{flag} {path}: folder {folder} does not exist; create it or pass a path in an existing one")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".dp-compare-probe-"):
+            pass
+    except OSError as error:
+        raise ValueError(f"{flag} {path}: cannot write in {folder} ({error.strerror}); pass a writable path") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m comparisons",
                                      description="Compare dp_torch and dp_jax on a model pair.")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="list the model pairs and strategies")
+    listing = commands.add_parser("list", help="list the model pairs and strategies")
     demo = commands.add_parser("demo", help="cnn_bn, batch 10 on 4 devices; table + report.html")
     demo.add_argument("--out", default="report.html", help="HTML report path (default report.html)")
     run = commands.add_parser("run", help="one comparison with your settings")
-    run.add_argument("--model", required=True, help="model pair name (see `list`)")
+    run.add_argument("--model", help="model pair name (see `list`); default: the last --pair")
     run.add_argument("--devices", type=int, default=4, help="number of devices (default 4)")
     run.add_argument("--batch", type=int, default=10, help="global batch size (default 10)")
     run.add_argument("--strategy", action="append", metavar="S",
@@ -69,6 +127,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--format", default="table", choices=FORMATS, help="output format (default table)")
     run.add_argument("--out", help="write the report here instead of stdout")
     run.add_argument("--processes", type=int, metavar="P", help=PROCESSES_HELP)
+    for command in (listing, run):
+        command.add_argument("--pair", action="append", dest="pairs", metavar="MODULE:NAME",
+                             help="your ModelPair object, e.g. my_package.pairs:MY_NET (repeatable; "
+                                  "imported from PYTHONPATH or the current folder)")
+        command.add_argument("--import", action="append", dest="imports", metavar="MODULE",
+                             help="import MODULE first (it registers pairs with comparisons.models.register); "
+                                  "repeatable")
     return parser
 
 
@@ -89,38 +154,18 @@ def _list() -> int:
 
 def _run(settings: dict):
     devices = settings["devices"]
-    _set_jax_cpu_devices(max(8, devices) if isinstance(devices, int) else 8)
-    settings["torch_devices"] = _torch_device_kind(settings["torch_devices"], devices)
+    settings["torch_devices"] = torch_kind(settings["torch_devices"], devices)
+    if settings["torch_devices"] == "cuda":
+        _check_cuda()
     if settings["torch_devices"] == "virtual" and isinstance(devices, int) and devices > 0:
-        from dp_torch import virtual
-
-        virtual.install(devices)  # process-global, which is fine: the CLI is its own process
+        # process-global, which is fine: the CLI is its own process
+        install_virtual(devices, argument="--devices", cpu_fix="--torch-devices cpu")
     from comparisons.harness import compare
     from comparisons.progress import progress_bar
 
     pair = settings.pop("pair")
     with progress_bar() as advance:
         return compare(pair, progress=advance, **settings)
-
-
-def _torch_device_kind(kind: str, devices: int) -> str:
-    """'auto' -> 'cuda' when torch sees `devices` GPUs, else 'virtual' (distinct vdev:i devices)."""
-    if kind != "auto":
-        return kind
-    import torch
-
-    return "cuda" if torch.cuda.device_count() >= devices else "virtual"
-
-
-def _set_jax_cpu_devices(count: int) -> None:
-    """JAX reads its CPU device count once, at first use; set it before that (unless the user did)."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" in flags:
-        return
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
-    import jax
-
-    jax.config.update("jax_num_cpu_devices", count)
 
 
 def _run_distributed(args: argparse.Namespace, argv: Sequence[str] | None):
@@ -142,11 +187,32 @@ def _emit(report, fmt: str, out: str | None) -> None:
         print_table(report, Console())
     else:
         sys.stdout.write(report.render(fmt) + "\n")
+    if fmt != "table":  # the verdicts on the terminal too, beside the report (not inside it)
+        print(_summary(report), file=sys.stdout if out is not None else sys.stderr)
+
+
+def _summary(report) -> str:
+    """Headline, each failed check, and "N/M checks passed": what the table's footer says."""
+    from comparisons.render import headline
+
+    passed = len(report.checks) - len(report.failures)
+    lines = [headline(report), *(f"FAIL {c.subject} ({c.compared}): {c.detail}" for c in report.failures),
+             f"{'OK' if report.ok else 'FAILED'}: {passed}/{len(report.checks)} checks passed"]
+    return "\n".join(lines)
 
 
 def _write(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as file:
-        file.write(text)
+    """Write `text` whole or not at all: a temporary file beside `path`, renamed over it."""
+    target = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp's 0600 would make the report private
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     print(f"wrote {path}", file=sys.stderr)
 
 

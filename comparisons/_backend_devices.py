@@ -23,13 +23,13 @@ def torch_kind(kind: str, n: int) -> str:
     return "cuda" if torch.cuda.device_count() >= n else "virtual"
 
 
-def install_virtual(n: int, argument: str = "devices") -> None:
+def install_virtual(n: int, argument: str = "compare: devices", cpu_fix: str = "torch_devices='cpu'") -> None:
     """Install vdev:0..max(8, n)-1 unless virtual devices are installed already (then they must be enough)."""
     from dp_torch import virtual
 
     if n > MAX_VIRTUAL:
         raise ComparisonError(f"{argument}={n}: virtual torch devices go up to {MAX_VIRTUAL}; pass "
-                              f"{argument} <= {MAX_VIRTUAL}, or torch devices 'cpu' (the CPU repeated)")
+                              f"{argument.split()[-1]} <= {MAX_VIRTUAL}, or {cpu_fix} (the CPU repeated)")
     if not virtual.is_installed():
         virtual.install(min(MAX_VIRTUAL, max(8, n)))
 

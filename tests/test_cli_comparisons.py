@@ -50,10 +50,11 @@ def test_run_json_parses_and_follows_the_schema(tmp_path):
     (["--model", "mlp", "--batch", "0"], "batch_size=0; pass a positive integer"),
     (["--model", "mlp", "--strategy", "explicit,vmap"], "strategy='vmap' is not supported"),
     (["--model", "mlp", "--dtype", "float16"], "dtype='float16' is not supported"),
-    (["--model", "mlp", "--devices", "2", "--torch-devices", "cuda"], "only 0 cuda torch device(s) exist"),
+    (["--model", "mlp", "--devices", "2", "--torch-devices", "cuda"], "--torch-devices cuda: there is no CUDA here"),
+    (["--model", "mlp", "--devices", "65"], "--devices=65: virtual torch devices go up to 64; pass --devices <= 64"),
 ])
 def test_bad_input_exits_2_with_the_error_and_no_traceback(args, message):
-    if "cuda" in args:
+    if "cuda" in args or "65" in args:
         import torch
 
         if torch.cuda.is_available():
@@ -80,8 +81,8 @@ def test_run_with_virtual_torch_devices_places_replicas_on_vdev(tmp_path):
 def test_auto_torch_devices_takes_cuda_only_when_there_are_enough_gpus(monkeypatch, gpus, devices, expected):
     import torch
 
-    from comparisons.__main__ import _torch_device_kind
+    from comparisons._backend_devices import torch_kind
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
-    assert _torch_device_kind("auto", devices) == expected
-    assert _torch_device_kind("cpu", devices) == "cpu"  # an explicit choice is kept
+    assert torch_kind("auto", devices) == expected
+    assert torch_kind("cpu", devices) == "cpu"  # an explicit choice is kept

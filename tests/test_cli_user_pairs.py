@@ -1,0 +1,132 @@
+"""The CLI runs pairs from user code (--pair, --import, the dp_compare.pairs entry points), and Ctrl-C ends it cleanly."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _helpers_harness import ROOT
+
+FIXTURE = Path(__file__).parent / "user_pairs_fixture"
+
+
+@pytest.fixture
+def user_folder(tmp_path) -> Path:
+    """A folder outside the repository holding the user's pair modules."""
+    folder = tmp_path / "user_code"
+    shutil.copytree(FIXTURE, folder)
+    return folder
+
+
+def run_cli(*args: str, pythonpath: Path, timeout: float = 300, **env) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    environment.update(PYTHONPATH=f"{pythonpath}{os.pathsep}{ROOT}", **env)
+    return subprocess.run([sys.executable, "-m", "comparisons", *args], cwd=ROOT, env=environment,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_run_takes_a_pair_object_from_a_module_outside_the_package(user_folder, tmp_path):
+    out = tmp_path / "tiny.html"
+    result = run_cli("run", "--pair", "tiny_pairs:TINY", "--devices", "2", "--batch", "5", "--steps", "1",
+                     "--strategy", "explicit", "--format", "html", "--out", str(out), pythonpath=user_folder)
+    assert result.returncode == 0, result.stderr
+    assert "<h1>dp-compare: tiny_tanh — <span class=ok>OK</span></h1>" in out.read_text()
+    # --format html still says the verdicts on the terminal
+    assert "tiny_tanh: batch 5 on 2 device(s) (chunks 3, 2)" in result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith("OK: ") and "checks passed" in result.stdout
+
+
+def test_import_registers_the_pairs_a_module_defines_on_import(user_folder):
+    result = run_cli("list", "--import", "tiny_registering", pythonpath=user_folder)
+    assert result.returncode == 0, result.stderr
+    assert "tiny_imported" in result.stdout and "registered on import" in result.stdout
+    assert "tiny_imported" not in run_cli("list", pythonpath=user_folder).stdout
+
+
+def test_an_installed_package_offers_pairs_through_the_entry_point_group(user_folder):
+    dist_info = user_folder / "tiny_dist-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-dist\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[dp_compare.pairs]\ntiny = tiny_pairs:TINY\n")
+    result = run_cli("list", pythonpath=user_folder)
+    assert result.returncode == 0, result.stderr
+    assert "tiny_tanh" in result.stdout and "Linear(6, 3)-tanh" in result.stdout
+
+
+def test_a_broken_entry_point_is_named_without_a_traceback(user_folder):
+    dist_info = user_folder / "broken_dist-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-dist\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[dp_compare.pairs]\nbroken = tiny_pairs:MISSING\n")
+    result = run_cli("list", pythonpath=user_folder)
+    assert result.returncode == 2
+    assert "entry point 'broken' (tiny_pairs:MISSING) in group 'dp_compare.pairs'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("tiny_pairs", "--pair 'tiny_pairs': expected module:NAME"),
+    ("no_such_module:X", "--pair no_such_module:X: cannot import no_such_module"),
+    ("tiny_pairs:NOPE", "module tiny_pairs has no attribute 'NOPE'"),
+    ("tiny_pairs:make_inputs", "--pair tiny_pairs:make_inputs is a function, not a comparisons.models.ModelPair"),
+])
+def test_a_bad_pair_spec_names_the_flag_value_and_fix(user_folder, monkeypatch, spec, message):
+    from comparisons import user_pairs
+
+    monkeypatch.syspath_prepend(str(user_folder))
+    with pytest.raises(user_pairs.UserPairError) as raised:
+        user_pairs.load_pair(spec)
+    assert message in str(raised.value)
+
+
+def test_ctrl_c_during_a_comparison_exits_130_with_one_line_and_no_file(user_folder, tmp_path):
+    marker, out = tmp_path / "started", tmp_path / "report.json"
+    environment = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    environment.update(PYTHONPATH=f"{user_folder}{os.pathsep}{ROOT}", TINY_PAIRS_MARKER=str(marker))
+    process = subprocess.Popen([sys.executable, "-m", "comparisons", "run", "--pair", "tiny_pairs:SLOW",
+                                "--devices", "2", "--batch", "4", "--format", "json", "--out", str(out)],
+                               cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), f"the comparison never started: {process.poll()}"
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert stderr.strip() == "interrupted (Ctrl-C): no report written"
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["started", "user_code"]
+
+
+def test_format_html_on_stdout_puts_the_verdict_summary_on_stderr(capsys):
+    from _helpers_harness import small_report
+
+    from comparisons.__main__ import _emit
+
+    _emit(small_report(passed=False), "html", None)
+    captured = capsys.readouterr()
+    assert captured.out.startswith("<!DOCTYPE html>") and "FAILED: 1/2" not in captured.out
+    assert "FAIL gradients (torch DP vs jax:explicit DP)" in captured.err
+    assert captured.err.strip().splitlines()[-1] == "FAILED: 1/2 checks passed"
+
+
+def test_an_unwritable_out_is_refused_before_the_comparison_runs(monkeypatch, tmp_path, capsys):
+    import comparisons.__main__ as cli
+
+    def comparison(settings):
+        raise AssertionError("the comparison ran before --out was checked")
+    monkeypatch.setattr(cli, "_run", comparison)
+    assert cli.main(["run", "--model", "mlp", "--format", "json", "--out", str(tmp_path / "no" / "r.json")]) == 2
+    assert f"--out {tmp_path / 'no' / 'r.json'}: folder {tmp_path / 'no'} does not exist" in capsys.readouterr().err
+    assert cli.main(["demo", "--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path}: is a folder" in capsys.readouterr().err
