@@ -21,7 +21,7 @@ from comparisons.doctor.source import assignment_line, error_line
 from comparisons.doctor.torch_cuda_names import CudaAsReplicaDevice
 from comparisons.doctor.torch_probe import Origin, Recorder, ReplicaProbe, memory_span
 from comparisons.doctor.torch_report import findings_of
-from comparisons.doctor.torch_walk import assigned_since, find_shared, registered_slots, state_snapshot
+from comparisons.doctor.torch_walk import Shared, assigned_since, find_shared, registered_slots, state_snapshot
 
 
 def doctor_torch(module: nn.Module, *inputs: Any, devices: int | Sequence[torch.device] = 4,
@@ -99,13 +99,14 @@ class _ProbedDataParallel(dp_torch.DataParallel):
     def parallel_apply(self, replicas, inputs, kwargs):
         devices = self.device_ids[: len(replicas)]
         self.replicas_run = len(replicas)
-        _prepare(self.recorder, replicas, devices)
+        shared = _prepare(self.recorder, replicas, devices)
         before = state_snapshot(replicas)
         remap = devices[0].type not in ("cuda", "cpu")
         probed = [_ProbedReplica(r, i, self.recorder, remap) for i, r in enumerate(replicas)]
         try:
             return dp_torch.parallel_apply(probed, inputs, kwargs, devices)
         finally:
+            _forget_replaced(self.recorder, shared)
             for index, (replica, snapshot) in enumerate(zip(replicas, before)):
                 for path, owner, name in assigned_since(snapshot, replica):
                     line = assignment_line(type(owner), name)
@@ -114,7 +115,7 @@ class _ProbedDataParallel(dp_torch.DataParallel):
                     evidence.detail["owner"] = owner
 
 
-def _prepare(recorder: Recorder, replicas: list[nn.Module], devices: list[torch.device]) -> None:
+def _prepare(recorder: Recorder, replicas: list[nn.Module], devices: list[torch.device]) -> list[Shared]:
     """Record what replicate shared, and where each replica's parameters and buffers live."""
     tensors, modules = find_shared(replicas, devices)
     for kind, found in (("unreplicated-tensor", tensors), ("unreplicated-module", modules)):
@@ -126,6 +127,15 @@ def _prepare(recorder: Recorder, replicas: list[nn.Module], devices: list[torch.
                 evidence = recorder.note(kind, shared.path, replica, [device])
                 evidence.detail["obj"] = shared.obj
     recorder.slots = [[(path, memory_span(t), owned) for path, t, owned in registered_slots(r)] for r in replicas]
+    return tensors
+
+
+def _forget_replaced(recorder: Recorder, shared: list[Shared]) -> None:
+    """A shared tensor that every replica replaced before reading it (a pre-hook's output) did no harm."""
+    for item in shared:
+        evidence = recorder.evidence.get(("unreplicated-tensor", item.path))
+        if evidence is not None and not evidence.uses and item.replaced_on_every_replica():
+            del recorder.evidence[("unreplicated-tensor", item.path)]
 
 
 class _ProbedReplica:

@@ -8,7 +8,7 @@ replica's copy. Cost: one pass over each replica's `__dict__`s and the container
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -25,6 +25,16 @@ class Shared:
     path: str                 # "encoder.layers[2].scale"
     obj: object               # the tensor or module (the same object on every replica)
     wrong_on: dict[int, str]  # replica index -> device the object's tensors are on, where not its own
+    holders: dict[int, tuple[nn.Module, str]] = field(default_factory=dict)  # replica -> (module, attribute)
+
+    def replaced_on_every_replica(self) -> bool:
+        """True when, on every replica it was wrong for, the attribute now holds another value.
+
+        A forward pre-hook that recomputes the attribute (spectral_norm's `weight`) replaces the
+        shared tensor on each replica before anything reads it. Tensors inside containers never are.
+        """
+        return len(self.holders) == len(self.wrong_on) and all(
+            vars(module).get(name) is not self.obj for module, name in self.holders.values())
 
 
 def module_attributes(module: nn.Module) -> Iterator[tuple[str, object]]:
@@ -80,6 +90,8 @@ def find_shared(replicas: list[nn.Module], devices: list[torch.device]) -> tuple
                         continue
                     shared = found.setdefault((entry_path, id(obj)), Shared(entry_path, obj, {}))
                     shared.wrong_on[index] = wrong
+                    if value is obj:
+                        shared.holders[index] = (module, name)
     tensors = [s for s in found.values() if isinstance(s.obj, torch.Tensor)]
     modules = [s for s in found.values() if isinstance(s.obj, nn.Module)]
     return tensors, modules

@@ -173,6 +173,14 @@ def test_sound_models_are_clean_in_training_mode_with_backward(model):
     assert report.ok and report.notes == ()
 
 
+def test_attribute_a_pre_hook_recomputes_on_each_replica_is_not_reported():
+    # spectral_norm keeps `weight` as a plain attribute, recomputed from the replica's own
+    # weight_orig, u and v by a forward pre-hook before anything reads it.
+    model = nn.Sequential(nn.utils.spectral_norm(nn.Linear(3, 4)), nn.ReLU())
+    report = doctor_torch(model.train(), batch(seed=19), backward=True)
+    assert report.ok and report.notes == ()
+
+
 def test_batchnorm_running_statistics_come_from_chunk_0_as_documented():
     module = models.WithBatchNorm().train()
     x = batch(seed=15)
