@@ -39,21 +39,22 @@ def doctor_torch(module: nn.Module, *inputs: Any, devices: int | Sequence[torch.
         target: a name for the report (default: the module's class).
     Returns:
         A DoctorReport; `.ok` when nothing was found. Costs one forward (and backward) with a
-        Python call per op, several times a plain DataParallel forward on small models.
+        Python call per op: about 1.3-2x a plain DataParallel step (docs/performance.md).
     """
     device_list = resolve_devices(devices)
-    module.to(device_list[0])
     recorder = Recorder(device_list)
-    model = _ProbedDataParallel(module, device_list, recorder)
     notes: list[str] = []
+    model = None
     try:
+        module.to(device_list[0])
+        model = _ProbedDataParallel(module, device_list, recorder)
         output = model(*inputs, **(kwargs or {}))
         if backward:
             _backward(output, recorder, notes)
     except Exception as error:  # noqa: BLE001 - any failure of the user's model is a finding
         if not recorder.errors:
             recorder.errors.append((error, error_line(error) or "DataParallel", None))
-    if model.replicas_run < len(device_list):
+    if model is not None and 0 < model.replicas_run < len(device_list):
         notes.append(f"the batch gave {model.replicas_run} chunk(s) for {len(device_list)} devices, so only "
                      f"replicas 0..{model.replicas_run - 1} ran; use a batch of at least {len(device_list)}")
     return DoctorReport(target or type(module).__name__, "torch", tuple(map(str, device_list)),
