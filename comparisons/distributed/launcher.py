@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 RESULT_DIR_ENV = "DP_COMPARE_RESULT_DIR"
+LAUNCHER_PID_ENV = "DP_COMPARE_LAUNCHER_PID"  # lets a test find every rank a process started
 _POLL_S = 0.05
 _GRACE_S = 1.0
 _TAIL_LINES = 15
@@ -142,7 +143,7 @@ class Launch:
     def _spawn(self, rank: int) -> subprocess.Popen:
         folder = Path(self._folder.name)
         env = {**os.environ, **self.env, **torch_env(rank, self.processes, self.port),
-               RESULT_DIR_ENV: str(folder), "PYTHONUNBUFFERED": "1"}
+               RESULT_DIR_ENV: str(folder), LAUNCHER_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
         with open(folder / f"rank{rank}.out", "wb") as out, open(folder / f"rank{rank}.err", "wb") as err:
             return subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True, preexec_fn=_die_with_parent)
