@@ -39,7 +39,6 @@ def test_a_failing_rank_stops_the_others_and_the_error_names_side_rank_and_stder
     token = uuid.uuid4().hex
     run = Launch([*WORKERS, "fail", token], 3, side="jax", timeout=60, env={"PID_DIR": str(tmp_path)})
     with run, pytest.raises(LaunchError) as caught:
-        run.start()
         pids = wait_for_pids(tmp_path, 3)
         run.wait()
     error = caught.value
@@ -52,7 +51,6 @@ def test_a_failing_rank_stops_the_others_and_the_error_names_side_rank_and_stder
 def test_a_rank_killed_mid_run_is_named_and_the_others_are_stopped(tmp_path):
     run = Launch([*WORKERS, "sleep"], 2, side="torch", timeout=60, env={"PID_DIR": str(tmp_path)})
     with run, pytest.raises(LaunchError, match="torch rank 1 of 2 was killed by SIGKILL") as caught:
-        run.start()
         pids = wait_for_pids(tmp_path, 2)
         os.kill(pids[1], signal.SIGKILL)
         run.wait()
@@ -111,3 +109,10 @@ def test_the_leftover_probe_sees_a_running_rank(tmp_path):
         pid, = wait_for_pids(tmp_path, 1)
         assert ranks_started_by(os.getpid()) == [pid]
     assert ranks_started_by(os.getpid()) == []
+
+
+def test_a_launch_starts_once():
+    with Launch([*WORKERS, "env"], 1, side="torch", timeout=60) as run:
+        with pytest.raises(RuntimeError, match="has started already"):
+            run.start()
+        assert len(run.wait()) == 1

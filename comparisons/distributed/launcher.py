@@ -125,7 +125,9 @@ class Launch:
         return [proc.pid for proc in self.procs]
 
     def start(self) -> Launch:
-        """Start every rank (each in its own process group); returns self."""
+        """Start every rank (each in its own process group); returns self. A Launch starts once."""
+        if self._folder is not None:
+            raise RuntimeError(f"Launch.start: this {self.side} launch has started already; make a new Launch")
         if self.port is None:
             self.port = free_port()
         else:
