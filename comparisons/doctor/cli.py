@@ -7,6 +7,7 @@ status: 0 nothing found, 1 findings, 2 bad usage (message on stderr).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -87,7 +88,11 @@ def _diagnose(args: argparse.Namespace):
 
         if variables is None:
             variables = _flax_init(model, inputs, kwargs)
-        return doctor_jax(model.apply, variables, *inputs, devices=args.devices, kwargs=kwargs, target=name)
+        report = doctor_jax(model.apply, variables, *inputs, devices=args.devices, kwargs=kwargs, target=name)
+        if args.backward:
+            notes = (*report.notes, "--backward is for torch targets; a Flax apply function has no backward pass")
+            report = dataclasses.replace(report, notes=notes)
+        return report
     except ValueError as error:  # the doctors' refusals (too few devices, ...)
         raise UsageError(str(error)) from error
 
