@@ -225,6 +225,14 @@ def test_fewer_rows_than_devices_is_noted():
     assert report.ok and "only replicas 0..1 ran" in report.notes[0]
 
 
+def test_an_explicit_device_list_is_used_as_given():
+    report = doctor_torch(models.StepCounter(), batch(seed=20), devices=virtual.devices()[1:3])
+    assert report.devices == ("vdev:1", "vdev:2")
+    assert report.findings[0].replicas == (1,) and report.findings[0].devices == ("vdev:2",)
+    with pytest.raises(ValueError, match="at least 2 distinct devices"):
+        doctor_torch(models.Sound(), batch(), devices=["vdev:1", "vdev:1"])
+
+
 def test_too_few_devices_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="at least 2 devices"):
         doctor_torch(models.Sound(), batch(), devices=1)
