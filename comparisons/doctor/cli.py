@@ -17,6 +17,9 @@ from typing import Any
 
 from comparisons.doctor.render import FORMATS
 
+DESCRIPTION = ("Find what DataParallel will not put on each device in your own model: one DataParallel "
+               "forward on N distinct devices (virtual ones on a CPU). Exit 0 clean, 1 findings, 2 bad usage.")
+
 
 class UsageError(ValueError):
     """A bad TARGET, --inputs or option: the CLI exits with status 2."""
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m comparisons doctor", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m comparisons doctor", description=DESCRIPTION)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
