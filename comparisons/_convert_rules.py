@@ -14,12 +14,23 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Rule:
-    """How one layer kind converts: the torch suffixes it reads, and the functions each way."""
-    torch_keys: tuple[str, ...]          # every suffix the rule may read
+    """How one layer kind converts: the torch suffixes it reads, and the functions each way.
+
+    Attributes:
+      torch_keys: every torch suffix the rule may read ('weight', 'bias', 'out_proj.weight').
+      torch_required: the suffixes that must be present.
+      buffers: suffixes that are buffers (absent from gradients).
+      to_flax: (tensors, layer, check) -> {(collection, *subpath): array}; `tensors` maps suffix
+        -> numpy array, `check(ok, name, shape, expected)` raises a ConversionError naming the layer.
+      to_torch: (leaves, layer, check) -> {suffix: array}, the inverse.
+      grads_to_flax / grads_to_torch: for gradients, when they convert unlike the weights.
+    Every function must be exact (transposes, reshapes, copies): round trips are checked bitwise.
+    """
+    torch_keys: tuple[str, ...]
     torch_required: tuple[str, ...]
-    buffers: tuple[str, ...]             # torch suffixes that are buffers (absent from grads)
-    to_flax: Callable[..., dict]         # (tensors, layer, check) -> {flax key tuple: array}
-    to_torch: Callable[..., dict]        # (leaves, layer, check) -> {suffix: array}
+    buffers: tuple[str, ...]
+    to_flax: Callable[..., dict]
+    to_torch: Callable[..., dict]
     grads_to_flax: Callable[..., dict] | None = None
     grads_to_torch: Callable[..., dict] | None = None
 
@@ -151,3 +162,21 @@ RULES: dict[str, Rule] = {
                   lambda tensors, layer, check: _lstm_to_flax(tensors, layer, check, grads=True),
                   lambda leaves, layer, check: _lstm_to_torch(leaves, layer, check, grads=True)),
 }
+
+
+# torch module type -> kind, for mappings derived from a module tree (comparisons.models.derive).
+# Keyed by "module.QualName" so that nothing here imports torch; subclasses match through the MRO.
+TORCH_TYPES: dict[str, str] = {
+    **{f"torch.nn.modules.linear.{name}": "linear" for name in ("Linear",)},
+    **{f"torch.nn.modules.conv.Conv{d}d": "conv" for d in (1, 2, 3)},
+    **{f"torch.nn.modules.batchnorm.BatchNorm{d}d": "batchnorm" for d in (1, 2, 3)},
+    "torch.nn.modules.normalization.LayerNorm": "layernorm",
+    "torch.nn.modules.sparse.Embedding": "embedding",
+    "torch.nn.modules.activation.MultiheadAttention": "mha",
+    "torch.nn.modules.rnn.LSTM": "lstm",
+}
+
+
+def type_name(cls: type) -> str:
+    """The "module.QualName" key of a class in TORCH_TYPES."""
+    return f"{cls.__module__}.{cls.__qualname__}"

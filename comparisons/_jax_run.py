@@ -19,6 +19,7 @@ import optax
 import dp_jax
 from comparisons import _arguments as check
 from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig, Snapshot
+from comparisons._trees import output_tree
 from comparisons.placement import PlacementMap, placement_of
 
 
@@ -45,7 +46,8 @@ def run_jax(pair: Any, flax_module: Any, variables: dict, inputs: tuple[np.ndarr
     notes = [] if not plan.pad_rows else [f"{label} pads the last chunk: {plan.describe()}"]
     count = sum(leaf.size for leaf in jax.tree.leaves(variables["params"]))
     padded = len(plan.chunk_sizes) - 1 if plan.pad_rows else None
-    return BackendRun(label, dp, single, placement, list(plan.chunk_sizes), count, notes, padded)
+    return BackendRun(label, dp, single, placement, list(plan.chunk_sizes), count, notes, padded,
+                      jax.device_get(variables.get("batch_stats")))
 
 
 def _split(result, mutable):
@@ -112,7 +114,7 @@ def _train(step_fn, variables, x, y, config, progress) -> tuple[Snapshot, tuple]
         params, opt_state = update(grads, opt_state, params)
         progress()
     host = jax.device_get
-    snapshot = Snapshot(host(first["output"]), host(first["grads"]), host(first["stats"]), host(params))
+    snapshot = Snapshot(output_tree(host(first["output"])), host(first["grads"]), host(first["stats"]), host(params))
     return snapshot, (first["output"], first["grads"])
 
 

@@ -29,6 +29,7 @@ class Snapshot:
     gradients: Any
     batch_stats: Any
     params_after_steps: Any
+    unused_parameters: tuple[str, ...] = ()  # torch parameters the loss gave no gradient (torch only)
 
 
 @dataclasses.dataclass
@@ -43,6 +44,7 @@ class BackendRun:
     parameter_count: int
     notes: list[str] = dataclasses.field(default_factory=list)
     padded_replica: int | None = None  # the replica whose input chunk a mapped strategy padded
+    initial_batch_stats: Any = None  # the Flax batch_stats before training (JAX runs)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ import dp_torch
 from comparisons import _arguments as check
 from comparisons._numerics import to_numpy
 from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig, Snapshot
-from comparisons.convert import torch_grads_to_flax
+from comparisons._trees import output_tree
 from comparisons.placement import PlacementMap, placement_of
 
 
@@ -53,9 +53,8 @@ def _train(pair, module, inputs, targets, devices, forward, config, progress, ca
         output = forward(model, x, step == 0)
         check.scalar_loss(pair.name, "loss_torch", pair.loss_torch(output, y)).backward()
         if step == 0:
-            first["output"] = _pytree.tree_map(to_numpy, output)
-            first["grads"] = {n: to_numpy(p.grad) for n, p in model.named_parameters()
-                              if p.grad is not None}
+            first["output"] = output_tree(output)
+            first["grads"], first["unused"] = _grads(model)
             first["state"] = {n: to_numpy(b) for n, b in model.state_dict().items()}
             if captured is not None:
                 captured.append(placement_of(model, devices).filter(role="grad"))
@@ -63,8 +62,24 @@ def _train(pair, module, inputs, targets, devices, forward, config, progress, ca
         progress()
     flax_state = pair.torch_to_flax(first["state"])
     final = pair.torch_to_flax({n: to_numpy(t) for n, t in model.state_dict().items()})
-    grads = torch_grads_to_flax(first["grads"], pair.mapping)
-    return Snapshot(first["output"], grads, flax_state.get("batch_stats", {}), final["params"])
+    grads = pair.torch_grads_to_flax(first["grads"])
+    return Snapshot(first["output"], grads, flax_state.get("batch_stats", {}), final["params"], first["unused"])
+
+
+def _grads(model) -> tuple[dict, tuple[str, ...]]:
+    """{name: grad} with zeros for parameters the loss did not reach, and their names.
+
+    jax.grad gives such a parameter a zero gradient; torch leaves .grad None. The zeros make the
+    two comparable; the names go to the `unused_parameters` check, which checks JAX's are zero.
+    """
+    grads, unused = {}, []
+    for name, param in model.named_parameters():
+        if param.grad is None:
+            unused.append(name)
+            grads[name] = np.zeros(tuple(param.shape), dtype=to_numpy(param).dtype)
+        else:
+            grads[name] = to_numpy(param.grad)
+    return grads, tuple(unused)
 
 
 def make_optimizer(name: str, params) -> torch.optim.Optimizer:

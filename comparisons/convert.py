@@ -30,7 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from ._convert_rules import RULES
+from ._convert_rules import RULES, TORCH_TYPES, Rule, type_name
+
+__all__ = ["ConversionError", "Layer", "Rule", "flax_grads_to_torch", "flax_momentum", "flax_to_torch",
+           "kind_of", "register_rule", "torch_grads_to_flax", "torch_to_flax"]
+
+
+_BUILTIN_KINDS = frozenset(RULES)
 
 
 class ConversionError(ValueError):
@@ -52,10 +58,50 @@ class Layer:
         if self.kind not in RULES:
             raise ConversionError(
                 f"Layer {self.torch!r} -> {self.flax!r}: unsupported layer kind {self.kind!r}; "
-                f"supported kinds: {sorted(RULES)}; convert this layer by hand or add a rule")
+                f"supported kinds: {sorted(RULES)}; convert this layer by hand or add one with "
+                f"comparisons.convert.register_rule({self.kind!r}, Rule(...))")
         if self.kind == "mha" and not (isinstance(self.num_heads, int) and self.num_heads > 0):
             raise ConversionError(f"Layer mha {self.torch!r}: num_heads={self.num_heads!r}; "
                                   "pass the attention's head count, e.g. Layer('mha', ..., num_heads=4)")
+
+
+def register_rule(kind: str, rule: Rule, *, torch_types: Sequence[type | str] = (),
+                  replace: bool = False) -> Rule:
+    """Make `kind` usable in `Layer(kind, ...)`, and the kind of `torch_types` in derived mappings.
+
+    Args:
+      kind: the name used in `Layer(kind, ...)`, e.g. 'gpt2_conv1d'.
+      rule: the exact conversion both ways (see `Rule`).
+      torch_types: torch module classes (or "module.QualName" strings, which import nothing) whose
+        instances `comparisons.models.derive_mapping` converts with this rule; subclasses match.
+      replace: allow replacing an existing kind or type (never a built-in kind).
+    Returns `rule`. Process-wide, like `comparisons.models.register`.
+    """
+    if not isinstance(rule, Rule):
+        raise TypeError(f"register_rule: rule={rule!r} is not a comparisons.convert.Rule; build one with "
+                        "Rule(torch_keys, torch_required, buffers, to_flax, to_torch)")
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"register_rule: kind={kind!r}; pass a non-empty name such as 'gpt2_conv1d'")
+    if kind in _BUILTIN_KINDS or (kind in RULES and not replace):
+        raise ValueError(f"register_rule: kind {kind!r} exists ({'built in' if kind in _BUILTIN_KINDS else 'registered'}); "
+                         "pick another name" + ("" if kind in _BUILTIN_KINDS else " or pass replace=True"))
+    names = [t if isinstance(t, str) else type_name(t) for t in torch_types]
+    taken = [n for n in names if n in TORCH_TYPES and TORCH_TYPES[n] != kind and not replace]
+    if taken:
+        raise ValueError(f"register_rule: torch type {taken[0]!r} already converts as {TORCH_TYPES[taken[0]]!r}; "
+                         "pass replace=True to change it")
+    RULES[kind] = rule
+    TORCH_TYPES.update(dict.fromkeys(names, kind))
+    return rule
+
+
+def kind_of(module: Any) -> str | None:
+    """The layer kind a torch module converts as (its class or nearest registered base), or None."""
+    for cls in type(module).__mro__:
+        kind = TORCH_TYPES.get(type_name(cls))
+        if kind is not None:
+            return kind
+    return None
 
 
 def flax_momentum(torch_momentum: float) -> float:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from comparisons import _arguments as check
+from comparisons import _declared as declared
 from comparisons._arguments import ComparisonError
 from comparisons._backend_devices import TORCH_DEVICES, install_virtual, jax_devices, torch_kind
 from comparisons._backend_devices import torch_devices as torch_device_list
@@ -80,10 +81,11 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     tick = (lambda label: progress(label, total)) if progress else (lambda label: None)
     runs = _run_all(pair, config, chosen, torch_list, reference, jax_list, tick)
     report.chunk_sizes = runs[0].chunk_sizes
-    report.checks = judge(pair, runs, TOLERANCES[dtype])
+    report.checks = judge(pair, runs, TOLERANCES[dtype]) + declared.conversion_checks(pair, config.seed, dtype)
     report.placements = {run.label: run.placement for run in runs}
     report.layers = {layer.torch: layer.flax.replace("/", ".") for layer in pair.mapping}
     report.notes += [note for run in runs for note in run.notes] + _parametrisation_note(runs)
+    report.notes += declared.notes(pair, runs)
     return report
 
 
@@ -119,8 +121,9 @@ def judge(pair: Any, runs: list[BackendRun], tol: float) -> list[Check]:
         for run in runs[1:]:
             if subject == "params_after_steps" and run.parameter_count != torch_run.parameter_count:
                 continue  # see _parametrisation_note
-            checks.append(compare_trees(subject, f"torch DP vs {run.label} DP", getattr(run.dp, subject),
-                                        getattr(torch_run.dp, subject), tol))
+            checks.append(compare_trees(subject, f"torch DP vs {run.label} DP",
+                                        *declared.cross(pair, subject, getattr(run.dp, subject),
+                                                        getattr(torch_run.dp, subject)), tol))
     for run in runs[1:]:
         checks.append(Check("chunks", f"torch vs {run.label}", run.chunk_sizes == torch_run.chunk_sizes,
                             detail=f"chunk sizes {run.chunk_sizes} vs torch {torch_run.chunk_sizes}"))
@@ -128,7 +131,7 @@ def judge(pair: Any, runs: list[BackendRun], tol: float) -> list[Check]:
                                         padded_replica=run.padded_replica))
     checks += [check_aliasing(run.placement, run.label) for run in runs
                if any(r.replica is not None and r.role == "param" for r in run.placement)]
-    return checks
+    return checks + declared.checks(pair, runs, tol)
 
 
 def _parametrisation_note(runs: list[BackendRun]) -> list[str]:

@@ -1,12 +1,15 @@
 """Paired models: the same network in PyTorch and in Flax, with a weight mapping between them.
 
-`get(name)` returns a built-in or user-registered `ModelPair`; `register(pair)` adds one.
+`get(name)` returns a built-in or user-registered `ModelPair`; `register(pair)` adds one;
+`pair_from_modules` builds one from a torch module and a Flax model you already have.
 Nothing here imports torch or JAX until a pair's model is made.
 """
 from .builtin import BUILTIN as _BUILTIN
-from .pair import ModelPair, get, names, register
+from .derive import FlaxApply, derive_mapping, pair_from_modules
+from .pair import KNOWN_DIFFERENCES, ModelPair, get, names, register
 
 for _pair in _BUILTIN:
     register(_pair)
 
-__all__ = ["ModelPair", "get", "names", "register"]
+__all__ = ["KNOWN_DIFFERENCES", "FlaxApply", "ModelPair", "derive_mapping", "get", "names", "pair_from_modules",
+           "register"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -30,6 +31,14 @@ class ModelPair:
         `dtype` is the float dtype (integer inputs such as token ids are int32).
       loss_torch / loss_jax: (output, targets) -> scalar; the same loss in each framework.
       to_flax_inputs: torch-layout inputs -> Flax-layout inputs (e.g. NCHW -> NHWC).
+      torch_only / flax_only: glob patterns (fnmatch) of names that exist on one side only and are
+        declared so: torch parameter/buffer names ('*.attn.masked_bias', tied 'lm_head.weight')
+        or output paths ('past_key_values*'); Flax variable paths ('params/cache/*') or output
+        paths. They are left out of conversion and cross-framework checks, and listed in the report.
+      variables: Flax variables converted by another tool (e.g. transformers' `from_pt`), used as
+        they are; the harness only checks them against this pair's own conversion (bitwise).
+      known_differences: names from `KNOWN_DIFFERENCES` that are not data parallelism; the report
+        names and measures them instead of failing on them.
     """
     name: str
     make_torch: Callable[[], Any]
@@ -42,6 +51,20 @@ class ModelPair:
     batch_axis: int = 0
     has_batch_stats: bool = False
     description: str = field(default="", compare=False)
+    torch_only: tuple[str, ...] = ()
+    flax_only: tuple[str, ...] = ()
+    variables: Any = field(default=None, compare=False, repr=False)
+    known_differences: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [d for d in self.known_differences if d not in KNOWN_DIFFERENCES]
+        if unknown:
+            raise ValueError(f"ModelPair {self.name!r}: known_differences {unknown} are not known; "
+                             f"use names from {sorted(KNOWN_DIFFERENCES)}")
+        for name in ("torch_only", "flax_only", "known_differences"):
+            if isinstance(getattr(self, name), str):
+                raise TypeError(f"ModelPair {self.name!r}: {name}={getattr(self, name)!r} is a string; "
+                                f"pass a tuple of patterns, e.g. ({getattr(self, name)!r},)")
 
     def build(self, seed: int = 0, dtype: Any = np.float32) -> tuple[Any, Any, dict]:
         """Return (torch_module, flax_module, flax_variables) holding the same weights.
@@ -58,6 +81,8 @@ class ModelPair:
             torch_module = self.make_torch().to(torch.float64 if np.dtype(dtype) == np.float64
                                                 else torch.float32)
         flax_module = self.make_flax()
+        if self.variables is not None:
+            return torch_module, flax_module, given_variables(self.variables, dtype)
         variables = self.torch_to_flax(torch_module.state_dict(), like=self.flax_shapes(flax_module))
         return torch_module, flax_module, variables
 
@@ -70,19 +95,60 @@ class ModelPair:
         return jax.eval_shape(lambda: flax_module.init(jax.random.key(0), *flax_inputs))
 
     def torch_to_flax(self, state_dict: Any, *, like: Any = None) -> dict:
-        """`convert.torch_to_flax` with this pair's mapping."""
+        """`convert.torch_to_flax` with this pair's mapping (declared torch-only names left out)."""
         from ..convert import torch_to_flax
-        return torch_to_flax(state_dict, self.mapping, like=like)
+        kept = {k: v for k, v in state_dict.items() if not self.is_torch_only(k)}
+        return torch_to_flax(kept, self.mapping, like=like)
 
     def flax_to_torch(self, variables: Any, *, like: Any = None) -> dict:
-        """`convert.flax_to_torch` with this pair's mapping."""
+        """`convert.flax_to_torch` with this pair's mapping (declared Flax-only leaves left out)."""
+        from flax.traverse_util import flatten_dict, unflatten_dict
+
         from ..convert import flax_to_torch
-        return flax_to_torch(variables, self.mapping, like=like)
+        kept = {k: v for k, v in flatten_dict(dict(variables)).items() if not self.is_flax_only("/".join(k))}
+        like = None if like is None else {k: v for k, v in like.items() if not self.is_torch_only(k)}
+        return flax_to_torch(unflatten_dict(kept), self.mapping, like=like)
+
+    def torch_grads_to_flax(self, grads: Any) -> dict:
+        """torch {parameter name: grad} -> Flax params-shaped gradients (torch-only names left out)."""
+        from ..convert import torch_grads_to_flax
+        return torch_grads_to_flax({k: v for k, v in grads.items() if not self.is_torch_only(k)}, self.mapping)
 
     def grads_to_torch(self, grads: Any) -> dict:
         """Flax params-shaped gradients -> torch {parameter name: grad} (`convert.flax_grads_to_torch`)."""
         from ..convert import flax_grads_to_torch
         return flax_grads_to_torch(grads, self.mapping)
+
+    def is_torch_only(self, name: str) -> bool:
+        """Whether a torch name or output path is declared torch-only (or is num_batches_tracked)."""
+        return name.endswith("num_batches_tracked") or any(fnmatch(name, p) for p in self.torch_only)
+
+    def is_flax_only(self, path: str) -> bool:
+        """Whether a Flax variable path ('params/a/b') or output path is declared Flax-only."""
+        return any(fnmatch(path, p) for p in self.flax_only)
+
+
+# Differences between the frameworks that are not data parallelism; a pair opts in by name, and
+# the report measures them (comparisons/_declared.py) instead of failing on them.
+KNOWN_DIFFERENCES: dict[str, str] = {
+    "flax_batchnorm_biased_var": (
+        "flax.linen.BatchNorm keeps the biased batch variance in its running average, PyTorch the "
+        "unbiased one (x n/(n-1)); both normalise with the biased variance"),
+}
+
+
+def given_variables(variables: Any, dtype: Any) -> dict:
+    """Variables converted elsewhere as {'params': ..., ...} numpy trees in `dtype` (a copy).
+
+    transformers returns a bare params tree for models without BatchNorm; it is wrapped.
+    """
+    import jax
+
+    tree = dict(variables)
+    if "params" not in tree:
+        tree = {"params": tree}
+    return jax.tree.map(lambda leaf: np.array(leaf, dtype=dtype if np.issubdtype(np.asarray(leaf).dtype, np.floating)
+                                              else None, copy=True), tree)
 
 
 _REGISTRY: dict[str, ModelPair] = {}

@@ -1,0 +1,142 @@
+"""Verdicts on what a pair declares: one-sided leaves, unused parameters, known differences.
+
+- Torch-only / Flax-only names and output paths (`ModelPair.torch_only`/`flax_only`) are left out
+  of the cross-framework comparisons and listed in the report's notes, with what they matched.
+- A parameter the loss does not reach has no torch gradient (None) and a zero JAX gradient; the
+  `unused_parameters` check says so, and fails if JAX gives such a parameter a non-zero gradient.
+- A known difference that is not data parallelism (`KNOWN_DIFFERENCES`) is measured as its own
+  check, which passes when the measurement is what the difference predicts.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from comparisons._numerics import flatten
+from comparisons.verdicts import Check
+
+_TORCH_BN_MOMENTUM = 0.1  # torch.nn.BatchNorm's default; transformers' models keep it
+
+
+def cross(pair: Any, subject: str, jax_value: Any, torch_value: Any) -> tuple[Any, Any]:
+    """The two sides of a torch-vs-JAX check, without declared one-sided leaves or known differences."""
+    if subject == "outputs":
+        return _drop(jax_value, pair.is_flax_only), _drop(torch_value, pair.is_torch_only)
+    if subject == "batch_stats" and "flax_batchnorm_biased_var" in pair.known_differences:
+        def is_var(path: str) -> bool:
+            return path.endswith(".var") or path == "var"
+        return _drop(jax_value, is_var), _drop(torch_value, is_var)
+    return jax_value, torch_value
+
+
+def _drop(tree: Any, declared) -> dict:
+    flat = flatten(tree)
+    return {path: leaf for path, leaf in flat.items() if not declared(path)}
+
+
+def checks(pair: Any, runs: list, tol: float) -> list[Check]:
+    """The unused-parameter check and one check per declared known difference, for each JAX run."""
+    torch_run, found = runs[0], []
+    unused = tuple(torch_run.dp.unused_parameters)
+    if unused:
+        found += [_unused_check(pair, unused, run, tol) for run in runs[1:]]
+    if "flax_batchnorm_biased_var" in pair.known_differences and pair.has_batch_stats:
+        found += [_biased_var_check(torch_run, run, tol) for run in runs[1:]]
+    return found
+
+
+def _unused_check(pair: Any, unused: tuple[str, ...], run: Any, tol: float) -> Check:
+    """torch: no .grad; JAX: every gradient leaf of those layers must be exactly zero."""
+    layers = [layer for layer in pair.mapping if any(_owns(layer.torch, name) for name in unused)]
+    grads = flatten(run.dp.gradients)
+    nonzero = {}
+    for layer in layers:
+        prefix = layer.flax.replace("/", ".")
+        for path, leaf in grads.items():
+            if (path == prefix or path.startswith(prefix + ".")) and np.any(leaf != 0):
+                nonzero[path] = float(np.abs(leaf).max())
+    names = ", ".join(unused[:6]) + (f" (+{len(unused) - 6} more)" if len(unused) > 6 else "")
+    if nonzero:
+        worst = max(nonzero, key=nonzero.get)
+        return Check("unused_parameters", f"torch vs {run.label}", False, nonzero[worst], None, tol,
+                     f"torch gives {names} no gradient but {run.label} gives {worst} |grad| {nonzero[worst]:.3g}: "
+                     "the Flax model uses a parameter the torch model does not")
+    return Check("unused_parameters", f"torch vs {run.label}", True, 0.0, None, tol,
+                 f"{len(unused)} parameter(s) take no part in the loss: {names} (torch: no .grad, compared as "
+                 f"zero; {run.label}: exactly zero)")
+
+
+def _owns(prefix: str, name: str) -> bool:
+    return name.startswith(prefix + ".") if prefix else True
+
+
+def _biased_var_check(torch_run: Any, run: Any, tol: float) -> Check:
+    """Flax's running var vs torch's: the new-batch terms must differ by one factor n/(n-1) per layer.
+
+    With momentum m, initial v0 and chunk 0's biased batch variance b: torch keeps (1-m) v0 +
+    m b n/(n-1), Flax (1-m) v0 + m b. The ratio of the new-batch terms, per channel, gives n; it
+    must be one value per layer (the layer's rows x positions in chunk 0).
+    """
+    m, label = _TORCH_BN_MOMENTUM, f"torch vs {run.label}: BatchNorm running var"
+    torch_var, jax_var = flatten(torch_run.dp.batch_stats), flatten(run.dp.batch_stats)
+    initial = flatten(run.initial_batch_stats if run.initial_batch_stats is not None else {})
+    keys = [k for k in torch_var if k.endswith("var") and k in jax_var and k in initial]
+    if not keys:
+        return Check("known_difference", label, False, detail="no running variance on both sides to measure")
+    raw = max(float(np.abs(torch_var[k].astype(np.float64) - jax_var[k]).max()) for k in keys)
+    counts, inconsistent = {}, []
+    for key in keys:
+        v0 = initial[key].astype(np.float64)
+        ratio = (torch_var[key] - (1 - m) * v0) / (jax_var[key] - (1 - m) * v0)
+        n = ratio / (ratio - 1)
+        counts[key] = float(np.median(n))
+        if not np.allclose(n, counts[key], rtol=1e-2):
+            inconsistent.append(key)
+    low, high = min(counts.values()), max(counts.values())
+    detail = (f"known difference, not data parallelism: Flax keeps the biased variance; max |torch - Flax| = "
+              f"{raw:.3g}; implied n/(n-1) with n = {low:.0f}..{high:.0f} rows x positions per layer "
+              f"(momentum {m})")
+    if inconsistent:
+        detail += f"; not one factor per channel in {inconsistent[:3]}: another difference is there"
+    return Check("known_difference", label, not inconsistent, raw, None, tol, detail)
+
+
+def notes(pair: Any, runs: list) -> list[str]:
+    """What the torch-only / Flax-only declarations matched, in the torch and the first JAX run."""
+    torch_paths = _paths(runs[0])
+    jax_paths = _paths(runs[1]) if len(runs) > 1 else []
+    found = []
+    for side, patterns, paths, matches in (("torch", pair.torch_only, torch_paths, pair.is_torch_only),
+                                           ("Flax", pair.flax_only, jax_paths, pair.is_flax_only)):
+        if not patterns:
+            continue
+        hit = sorted({p for p in paths if matches(p)})
+        shown = ", ".join(hit[:8]) + (f" (+{len(hit) - 8} more)" if len(hit) > 8 else "")
+        found.append(f"{side}-only (declared, not compared across frameworks): {shown or 'nothing matched'}; "
+                     f"patterns {list(patterns)}")
+    return found
+
+
+def _paths(run: Any) -> list[str]:
+    names = {r.path for r in run.placement if r.role in ("param", "buffer")}
+    return sorted(names | set(flatten(run.dp.outputs)))
+
+
+def conversion_checks(pair: Any, seed: int, dtype: str) -> list[Check]:
+    """Variables converted by another tool (`pair.variables`) against this pair's own conversion, bitwise.
+
+    The compared run uses the given variables; this says whether they are the torch weights.
+    """
+    if pair.variables is None:
+        return []
+    from comparisons._numerics import compare_trees
+
+    torch_module, flax_module, given = pair.build(seed=seed, dtype=np.dtype(dtype))
+    ours = pair.torch_to_flax(torch_module.state_dict(), like=pair.flax_shapes(flax_module))
+    check = compare_trees("conversion", "given variables vs the torch weights converted by path", given, ours, 0.0)
+    if check.passed:
+        check = dataclasses.replace(
+            check, detail=f"bitwise equal ({len(flatten(ours))} leaves); the run uses the given variables")
+    return [check]

@@ -1,0 +1,44 @@
+"""Model outputs as plain trees: {name: numpy array | subtree}, one shape for torch and for Flax.
+
+A torch `ModelOutput` is a dict, a Flax one a dataclass; a tuple is a sequence either way. Both
+become nested dicts keyed by field, mapping key or position ('0'), with None fields dropped, so
+outputs compare leaf by leaf by path (`_numerics.flatten` names them 'logits', 'hidden.0').
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from comparisons._numerics import to_numpy
+
+
+def output_tree(value: Any) -> Any:
+    """`value` as nested dicts of host numpy arrays (a copy); a bare array stays an array."""
+    children = _children(value)
+    if children is None:
+        return to_numpy(value)
+    tree = {str(key): output_tree(child) for key, child in children if child is not None}
+    return {key: child for key, child in tree.items() if not (isinstance(child, dict) and not child)}
+
+
+def _children(value: Any) -> list[tuple[Any, Any]] | None:
+    if isinstance(value, Mapping):
+        return list(value.items())
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return list(zip(value._fields, value))
+    if isinstance(value, (list, tuple)):
+        return list(enumerate(value))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+    return _registered(value)
+
+
+def _registered(value: Any) -> list[tuple[Any, Any]] | None:
+    """Children of a torch pytree node of another kind (e.g. a cache object), by position."""
+    torch_pytree = sys.modules.get("torch.utils._pytree")
+    if torch_pytree is not None and type(value) in torch_pytree.SUPPORTED_NODES:
+        children, _ = torch_pytree.SUPPORTED_NODES[type(value)].flatten_fn(value)
+        return list(enumerate(children))
+    return None

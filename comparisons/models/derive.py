@@ -1,0 +1,163 @@
+"""Pairs from objects a user already has: a torch module, a Flax model, maybe converted variables.
+
+The mapping is derived by path: each torch module that owns parameters or persistent buffers is a
+`Layer` whose kind comes from its class (`convert.kind_of`, extended by `convert.register_rule`)
+and whose Flax path is its torch name with '/' for '.', unless a `flax_path` hook says otherwise.
+Tied parameters (GPT-2's lm_head.weight is wte.weight) and non-persistent buffers (GPT-2's causal
+mask) have no Flax counterpart: they are declared torch-only, and the report lists them.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..convert import ConversionError, Layer, kind_of
+from .pair import ModelPair
+
+FlaxPathHook = Callable[[str], "str | None"]
+
+
+class FlaxApply:
+    """A Flax model called the way the harness calls one: `apply(variables, *inputs, train=, mutable=)`.
+
+    Args:
+      module: a linen Module.
+      train_arg: the module's training flag: 'train' (passed as is), 'deterministic' (passed
+        negated, as Hugging Face's Flax models take it) or None (the module has none).
+      prepare: inputs -> the module's positional arguments (e.g. add an attention mask), per chunk.
+      **fixed: keyword arguments passed on every call.
+    Hashes by identity, so the harness's compiled programs are reused while this object lives.
+    """
+
+    def __init__(self, module: Any, *, train_arg: str | None = "train",
+                 prepare: Callable[[tuple], tuple] | None = None, **fixed: Any):
+        if train_arg not in ("train", "deterministic", None):
+            raise ValueError(f"FlaxApply: train_arg={train_arg!r}; use 'train', 'deterministic' or None")
+        self.module, self.train_arg, self.prepare, self.fixed = module, train_arg, prepare, fixed
+
+    def _kwargs(self, train: bool) -> dict:
+        flag = {} if self.train_arg is None else {self.train_arg: train if self.train_arg == "train" else not train}
+        return {**self.fixed, **flag}
+
+    def _args(self, inputs: tuple) -> tuple:
+        return tuple(self.prepare(inputs)) if self.prepare is not None else inputs
+
+    def apply(self, variables: Any, *inputs: Any, train: bool = False, mutable: Any = False,
+              rngs: Any = None) -> Any:
+        """`module.apply` with the training flag translated; (out, updates) when `mutable`."""
+        extra = ({"mutable": mutable} if mutable else {}) | ({"rngs": rngs} if rngs is not None else {})
+        return self.module.apply(variables, *self._args(inputs), **self._kwargs(train), **extra)
+
+    __call__ = apply
+
+    def init(self, rngs: Any, *inputs: Any) -> Any:
+        """`module.init` in evaluation mode (trace it under `jax.eval_shape` to avoid compiling)."""
+        return self.module.init(rngs, *self._args(inputs), **self._kwargs(False))
+
+    def __repr__(self) -> str:
+        return f"FlaxApply({type(self.module).__name__}, train_arg={self.train_arg!r})"
+
+
+def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: FlaxPathHook | None = None,
+                   ) -> tuple[list[Layer], list[str]]:
+    """Mapping entries by path, and the torch names that have no Flax counterpart.
+
+    Args:
+      torch_module: the torch model.
+      flax_variables: its Flax twin's variables, or their shapes (`jax.eval_shape` of init).
+      flax_path: hook(torch module name) -> Flax path ('a/b') for the odd ones; None keeps the
+        default, the torch name with '/' for '.'.
+    Returns:
+      (layers, torch_only): torch_only lists tied parameters (the same tensor under a second
+      name) and non-persistent buffers, which no Flax variable mirrors.
+    Raises ConversionError naming the module, its class and the fix when a module has no rule or
+    its Flax path is not in the variables.
+    """
+    from flax.traverse_util import flatten_dict
+
+    flax_modules = _flax_module_paths(flatten_dict(dict(flax_variables)))
+    canonical = set(dict(torch_module.named_parameters())) | set(torch_module.state_dict(keep_vars=True))
+    distinct = set(dict(torch_module.named_parameters()))
+    layers, torch_only = [], []
+    for prefix, sub in torch_module.named_modules():
+        dotted = f"{prefix}." if prefix else ""
+        params = [dotted + k for k, v in sub._parameters.items() if v is not None]
+        buffers = [dotted + k for k, v in sub._buffers.items() if v is not None]
+        tied = [n for n in params if n not in distinct]
+        transient = [n for n in buffers if n not in canonical]
+        torch_only += tied + transient
+        own = [n for n in params + buffers if n not in tied and n not in transient
+               and not n.endswith("num_batches_tracked")]
+        if own:
+            layers.append(_layer(prefix, sub, own, flax_path, flax_modules))
+    return layers, torch_only
+
+
+def _layer(prefix: str, module: Any, names: list[str], hook: FlaxPathHook | None, flax_modules: set) -> Layer:
+    kind = kind_of(module)
+    cls = f"{type(module).__module__}.{type(module).__qualname__}"
+    if kind is None:
+        raise ConversionError(
+            f"derive_mapping: torch module {prefix or '(root)'!r} ({cls}) owns {names} but no conversion rule "
+            f"covers its class; register one with comparisons.convert.register_rule(kind, Rule(...), "
+            f"torch_types=[{type(module).__name__}]), or write this pair's mapping by hand")
+    path = hook(prefix) if hook is not None else None
+    path = prefix.replace(".", "/") if path is None else path
+    if tuple(p for p in path.split("/") if p) not in flax_modules:
+        close = difflib.get_close_matches(path, sorted("/".join(m) for m in flax_modules), n=3, cutoff=0.4)
+        raise ConversionError(
+            f"derive_mapping: torch module {prefix!r} ({kind}) maps to Flax path {path!r}, which the Flax "
+            f"variables lack (close: {close}); pass flax_path=hook where hook({prefix!r}) returns its path")
+    heads = getattr(module, "num_heads", None) if kind == "mha" else None
+    return Layer(kind, prefix, path, num_heads=heads)
+
+
+def _flax_module_paths(flat: Mapping[tuple, Any]) -> set[tuple[str, ...]]:
+    """Every module path holding a leaf, in any collection: ('a', 'b') for params/a/b/kernel."""
+    paths = set()
+    for key in flat:
+        module = key[1:-1]
+        paths.update(module[:i] for i in range(len(module) + 1))
+    return paths
+
+
+def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
+                      make_inputs: Callable[[int, int, Any], tuple], loss_torch: Callable, loss_jax: Callable,
+                      variables: Any = None, to_flax_inputs: Callable[[tuple], tuple] | None = None,
+                      flax_path: FlaxPathHook | None = None, torch_only: tuple[str, ...] = (),
+                      flax_only: tuple[str, ...] = (), known_differences: tuple[str, ...] = (),
+                      description: str = "") -> ModelPair:
+    """A ModelPair from a torch module and a Flax model you already have; the mapping is derived.
+
+    Args:
+      name: the pair's name (register it with `comparisons.models.register` to use it by name).
+      torch_module: the torch model; the pair deep-copies it for each comparison.
+      flax_model: a linen Module taking `train=`, or a `FlaxApply` (e.g. `comparisons.hf.flax_apply`).
+      make_inputs / loss_torch / loss_jax / to_flax_inputs: as in `ModelPair`.
+      variables: Flax variables converted by another tool (transformers' `from_pt`): used as they
+        are, and checked against this pair's own conversion of `torch_module` (bitwise). None:
+        convert `torch_module`'s weights with the derived mapping.
+      flax_path: hook(torch module name) -> Flax path for modules whose names differ.
+      torch_only / flax_only / known_differences: declarations added to the derived ones (see ModelPair).
+    Costs one trace of the Flax init (`jax.eval_shape`, no compile) when `variables` is None.
+    """
+    pair = ModelPair(name=name, make_torch=lambda: copy.deepcopy(torch_module), make_flax=lambda: flax_model,
+                     mapping=(), make_inputs=make_inputs, loss_torch=loss_torch, loss_jax=loss_jax,
+                     **({"to_flax_inputs": to_flax_inputs} if to_flax_inputs is not None else {}),
+                     description=description, known_differences=tuple(known_differences))
+    shapes = pair.flax_shapes(flax_model) if variables is None else _wrapped(variables)
+    layers, derived_only = derive_mapping(torch_module, shapes, flax_path=flax_path)
+    return ModelPair(
+        name=name, make_torch=pair.make_torch, make_flax=pair.make_flax, mapping=tuple(layers),
+        make_inputs=make_inputs, loss_torch=loss_torch, loss_jax=loss_jax, to_flax_inputs=pair.to_flax_inputs,
+        has_batch_stats="batch_stats" in shapes, description=description,
+        torch_only=tuple(dict.fromkeys([*derived_only, *torch_only])), flax_only=tuple(flax_only),
+        variables=variables, known_differences=tuple(known_differences))
+
+
+def _wrapped(variables: Any) -> dict:
+    tree = dict(variables)
+    return tree if "params" in tree else {"params": tree}
+
