@@ -1,11 +1,14 @@
 """A self-contained HTML report: the check table and, per backend, a device x tensor grid.
 
-Inline CSS only (no scripts, fonts or images), so the file opens anywhere, offline.
+Inline CSS only (no scripts, fonts or images), so the file opens anywhere, offline. At 700-1000 px
+the wide tables scroll inside their own box, numbers and device cells do not wrap, and multi-line
+notes keep their lines.
 """
 from __future__ import annotations
 
 from html import escape
 
+from comparisons._placement_checks import layer_of
 from comparisons.placement import PlacementMap
 from comparisons.render.rows import aligned_rows
 from comparisons.render.text import format_number, headline, verdict
@@ -27,6 +30,10 @@ tr.fail td{background:#fde7ea}
 .grid td.empty{background:#fafafa}
 .alias{font-weight:700;color:#7a0019} .legend span{display:inline-block;padding:2px 8px;margin:2px}
 .role{color:#666;font-size:11px}
+.scroll{overflow-x:auto;max-width:100%} .scroll>table{margin:0}
+td.num,th.dev,.grid td.cell,.grid th.group{white-space:nowrap}
+p.note,td.detail{white-space:pre-line}
+.why{color:#666;font-style:italic;font-family:system-ui,sans-serif;white-space:normal}
 """
 
 
@@ -40,9 +47,9 @@ def render_html(report: ComparisonReport) -> str:
         f"<p>{escape(headline(report))}.<br>Tolerance ({escape(report.dtype)}): max |Δ| ≤ "
         f"{report.tolerance['max_abs']:.0e} or rel ‖Δ‖ ≤ {report.tolerance['rel_norm']:.0e}. "
         f"{len(report.checks) - len(report.failures)}/{len(report.checks)} checks passed.</p>",
-        *(f"<p>note: {escape(note)}</p>" for note in report.notes),
-        "<h2>Checks</h2>", _check_table(report),
-        "<h2>Placement: device × tensor</h2>", _legend(report), _grids(report), _process_grids(report),
+        *(f"<p class=note>note: {escape(note)}</p>" for note in report.notes),
+        "<h2>Checks</h2>", _scroll(_check_table(report)),
+        "<h2>Placement: device × tensor</h2>", _legend(report), _scroll(_grids(report)), _process_grids(report),
         "</body></html>",
     ]
     return "\n".join(parts)
@@ -58,8 +65,13 @@ def _check_table(report: ComparisonReport) -> str:
             f"<td>{escape(check.compared)}</td><td class=num>{format_number(check.max_abs)}</td>"
             f"<td class=num>{format_number(check.rel_norm)}</td>"
             f"<td class=num>{format_number(check.tolerance)}</td>"
-            f"<td class={css}>{verdict(check)}</td><td>{escape(check.detail)}</td></tr>")
+            f"<td class={css}>{verdict(check)}</td><td class=detail>{escape(check.detail)}</td></tr>")
     return "\n".join(rows + ["</table>"])
+
+
+def _scroll(table: str) -> str:
+    """A box the table scrolls in sideways, so a wide table does not widen the page."""
+    return f"<div class=scroll>{table}</div>"
 
 
 def _legend(report: ComparisonReport) -> str:
@@ -91,9 +103,10 @@ def _grids(report: ComparisonReport) -> str:
     lines = [f"<table class=grid>{groups}<tr>{top}</tr><tr>{sub}</tr>"]
     jax_maps = [report.placements[label] for label in jax_labels]
     for torch_key, flax_key in aligned_rows(torch_map, jax_maps, report.layers):
-        cells = _name_cell(torch_key) + _device_cells(torch_grid, torch_key)
+        why = _why_blank(torch_key, flax_key, report.layers)
+        cells = _name_cell(torch_key, why) + _device_cells(torch_grid, torch_key)
         for i, grid in enumerate(jax_grids):
-            cells += (_name_cell(flax_key) if i == 0 else "") + _device_cells(grid, flax_key)
+            cells += (_name_cell(flax_key, why) if i == 0 else "") + _device_cells(grid, flax_key)
         lines.append(f"<tr>{cells}</tr>")
     return "\n".join(lines + ["</table>"])
 
@@ -111,11 +124,28 @@ def _column_heads(columns: list) -> str:
                    for i, device in columns)
 
 
-def _name_cell(key: tuple[str, str] | None) -> str:
+def _name_cell(key: tuple[str, str] | None, why: str = "") -> str:
     if key is None:
-        return "<td class='path gap'></td>"
+        return f"<td class='path gap'><span class=why>{escape(why)}</span></td>"
     role, path = key
     return f"<td class=path><span class=role>{escape(role)}</span> {escape(path)}</td>"
+
+
+def _why_blank(torch_key, flax_key, layers: dict[str, str]) -> str:
+    """Why a row has no tensor on one side: the conversion splits one torch tensor into several Flax
+    ones (an MHA's in_proj into query/key/value, an LSTM's stacked gates), or there is none."""
+    if torch_key is not None and flax_key is not None:
+        return ""
+    if flax_key is None:
+        layer = layer_of(torch_key[1], layers)
+        if layer is not None and layer != torch_key[1]:
+            return f"converted into other Flax tensors of {layers[layer]}"
+        return "no Flax counterpart"
+    flax_layer = layer_of(flax_key[1].split(".", 1)[-1], layers.values())  # path without its collection
+    torch_layer = next((t for t, f in layers.items() if f == flax_layer), None)
+    if torch_layer is not None:
+        return f"made from torch tensors of {torch_layer}"
+    return "no torch counterpart"
 
 
 def _device_cells(grid: tuple, key: tuple[str, str] | None) -> str:
