@@ -39,7 +39,9 @@ def _drop(tree: Any, declared) -> dict:
 def checks(pair: Any, runs: list, tol: float) -> list[Check]:
     """The unused-parameter check and one check per declared known difference, for each JAX run."""
     torch_run, found = runs[0], []
-    unused = tuple(torch_run.dp.unused_parameters)
+    # DataParallel gives such a parameter a zero gradient (replicate's backward sums zeros); a
+    # single-device run leaves it None, so the reference run is the one that tells.
+    unused = tuple(dict.fromkeys([*torch_run.single.unused_parameters, *torch_run.dp.unused_parameters]))
     if unused:
         found += [_unused_check(pair, unused, run, tol) for run in runs[1:]]
     if "flax_batchnorm_biased_var" in pair.known_differences and pair.has_batch_stats:
@@ -55,7 +57,7 @@ def _unused_check(pair: Any, unused: tuple[str, ...], run: Any, tol: float) -> C
     for layer in layers:
         prefix = layer.flax.replace("/", ".")
         for path, leaf in grads.items():
-            if (path == prefix or path.startswith(prefix + ".")) and np.any(leaf != 0):
+            if _owns(prefix, path) and np.any(leaf != 0):
                 nonzero[path] = float(np.abs(leaf).max())
     names = ", ".join(unused[:6]) + (f" (+{len(unused) - 6} more)" if len(unused) > 6 else "")
     if nonzero:
@@ -64,12 +66,12 @@ def _unused_check(pair: Any, unused: tuple[str, ...], run: Any, tol: float) -> C
                      f"torch gives {names} no gradient but {run.label} gives {worst} |grad| {nonzero[worst]:.3g}: "
                      "the Flax model uses a parameter the torch model does not")
     return Check("unused_parameters", f"torch vs {run.label}", True, 0.0, None, tol,
-                 f"{len(unused)} parameter(s) take no part in the loss: {names} (torch: no .grad, compared as "
-                 f"zero; {run.label}: exactly zero)")
+                 f"{len(unused)} parameter(s) take no part in the loss: {names} (torch single-device: no .grad, "
+                 f"compared as zero; torch DataParallel: zero; {run.label}: exactly zero)")
 
 
 def _owns(prefix: str, name: str) -> bool:
-    return name.startswith(prefix + ".") if prefix else True
+    return name == prefix or name.startswith(prefix + ".") if prefix else True
 
 
 def _biased_var_check(torch_run: Any, run: Any, tol: float) -> Check:

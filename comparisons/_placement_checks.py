@@ -36,7 +36,7 @@ def by_layer(placement: PlacementMap, prefixes: Sequence[str]) -> PlacementMap:
 
 def layer_of(path: str, prefixes: Iterable[str]) -> str | None:
     """The longest prefix that is `path` or a dotted parent of it (None if none is)."""
-    matches = [p for p in prefixes if path == p or path.startswith(p + ".")]
+    matches = [p for p in prefixes if path == p or path.startswith(p + ".") or p == ""]  # "": the root module
     return max(matches, key=len) if matches else None
 
 
@@ -53,10 +53,10 @@ def layer_name_map(pair) -> tuple[list[str], list[str], dict[str, str | None]]:
     """torch layer prefixes, Flax layer prefixes (for each collection) and torch -> Flax names."""
     torch_prefixes, flax_prefixes, names = [], [], {}
     for layer in pair.mapping:
-        flax = layer.flax.replace("/", ".")
+        flax = "".join(f".{part}" for part in layer.flax.split("/") if part)  # "" for the root module
         torch_prefixes.append(layer.torch)
-        flax_prefixes += [f"params.{flax}", f"batch_stats.{flax}"]
-        names[layer.torch] = f"params.{flax}"
+        flax_prefixes += [f"params{flax}", f"batch_stats{flax}"]
+        names[layer.torch] = f"params{flax}"
     return torch_prefixes, flax_prefixes, names
 
 
