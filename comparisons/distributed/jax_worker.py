@@ -90,4 +90,9 @@ def train(config: Any, rank: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    status = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: the collectives' background threads can abort it ("terminate called
+    # without an active exception", seen under torchrun) after the work is done and handed back.
+    os._exit(status)
