@@ -10,7 +10,9 @@ global mesh, a jitted step), `checks` (the report: DDP and multi-process JAX bes
 dp_torch and dp_jax, and the differences DDP has by design, measured).
 Importing this package imports neither torch nor JAX.
 """
+from comparisons.distributed.compare import compare_distributed
 from comparisons.distributed.config import WorkerConfig, chunk_rows
 from comparisons.distributed.launcher import Launch, LaunchError, RankResult, free_port, launch
 
-__all__ = ["Launch", "LaunchError", "RankResult", "WorkerConfig", "chunk_rows", "free_port", "launch"]
+__all__ = ["Launch", "LaunchError", "RankResult", "WorkerConfig", "chunk_rows", "compare_distributed", "free_port",
+           "launch"]
