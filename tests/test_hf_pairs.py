@@ -1,0 +1,119 @@
+"""Real Hugging Face pairs through the harness as they are: GPT-2, ViT, ResNet from tiny random configs.
+
+No downloads: models are built from config objects with random weights (offline mode is set).
+Skipped when the `hf` extra (transformers < 5) is not installed.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+transformers = pytest.importorskip("transformers", reason="needs the hf extra: pip install -e '.[hf]'")
+torch = pytest.importorskip("torch")
+
+from comparisons import compare, hf, placement_of  # noqa: E402
+
+SMALL = dict(batch_size=5, devices=2, strategies=["explicit"], steps=1, torch_devices="cpu")
+
+
+def gpt2(use_cache=False):
+    config = transformers.GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=40, n_positions=16,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=use_cache)
+    torch.manual_seed(0)
+    return (transformers.GPT2LMHeadModel(config), transformers.FlaxGPT2LMHeadModel(config, _do_init=False),
+            hf.token_inputs(vocab=40, length=7))
+
+
+def vit(model="ViTForImageClassification"):
+    config = transformers.ViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
+                                    image_size=8, patch_size=4, num_labels=3, hidden_dropout_prob=0.0,
+                                    attention_probs_dropout_prob=0.0)
+    torch.manual_seed(1)
+    return (getattr(transformers, model)(config), getattr(transformers, "Flax" + model)(config, _do_init=False),
+            hf.image_inputs(channels=3, size=8, classes=3))
+
+
+def resnet():
+    config = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                       layer_type="bottleneck", num_labels=3)
+    torch.manual_seed(2)
+    return (transformers.ResNetForImageClassification(config),
+            transformers.FlaxResNetForImageClassification(config, _do_init=False),
+            hf.image_inputs(channels=3, size=16, classes=3))
+
+
+def checks_of(report, subject):
+    return [c for c in report.checks if c.subject == subject]
+
+
+def test_gpt2_tied_head_conv1d_and_causal_mask_buffers_pass_as_they_are():
+    torch_model, flax_model, inputs = gpt2()
+    pair = hf.pair("gpt2-tiny", torch_model, flax_model, make_inputs=inputs)
+    kinds = {layer.torch: layer.kind for layer in pair.mapping}
+    assert kinds["transformer.h.0.attn.c_attn"] == "hf_conv1d" and "lm_head" not in kinds
+    report = compare(pair, seed=3, **SMALL)
+    assert report.ok, report.render("markdown")
+    torch_only = next(note for note in report.notes if note.startswith("torch-only"))
+    assert "lm_head.weight" in torch_only and "transformer.h.1.attn.bias" in torch_only
+
+
+def test_resnet_bottleneck_batchnorm_in_training_mode_names_the_biased_variance():
+    torch_model, flax_model, inputs = resnet()
+    report = compare(hf.pair("resnet-tiny", torch_model, flax_model, make_inputs=inputs), seed=4, **SMALL)
+    assert report.ok, report.render("markdown")
+    assert all(c.passed for c in checks_of(report, "batch_stats"))  # the means, and DP vs single in full
+    known = checks_of(report, "known_difference")
+    # chunk 0 has 3 images: 8x8 after the stem (192 values per channel), 4x4 (48), 2x2 (12)
+    assert len(known) == 1 and known[0].max_abs > 1e-4 and "n = 12..192" in known[0].detail
+
+
+def test_vit_variables_from_transformers_converter_are_checked_bitwise_and_used():
+    torch_model, flax_model, inputs = vit()
+    variables = hf.from_pt_variables(torch_model, flax_model)
+    pair = hf.pair("vit-tiny", torch_model, flax_model, make_inputs=inputs, variables=variables)
+    assert {layer.kind for layer in pair.mapping if layer.torch == "vit.embeddings"} == {"hf_vit_embeddings"}
+    report = compare(pair, seed=5, **SMALL)
+    assert report.ok, report.render("markdown")
+    assert [c.passed for c in checks_of(report, "conversion")] == [True]
+
+
+def test_torch_model_output_is_placed_by_field():
+    torch_model, _, inputs = gpt2()
+    (ids,), _ = inputs(2, 0, np.float32)
+    output = torch_model(torch.from_numpy(ids))
+    assert type(output).__name__ == "CausalLMOutputWithCrossAttentions"
+    paths = [(r.path, r.shape) for r in placement_of(output, role="output", name="out")]
+    assert paths == [("out['logits']", (2, 7, 40))]
+
+
+@pytest.mark.slow
+def test_vit_base_model_pooler_is_reported_unused_when_the_loss_skips_it():
+    torch_model, flax_model, inputs = vit("ViTModel")
+
+    def loss_torch(out, labels):
+        return out.last_hidden_state.square().mean()
+
+    def loss_jax(out, labels):
+        return (out.last_hidden_state ** 2).mean()
+    pair = hf.pair("vit-base-tiny", torch_model, flax_model, make_inputs=inputs,
+                   loss_torch=loss_torch, loss_jax=loss_jax)
+    report = compare(pair, seed=6, **SMALL)
+    unused = checks_of(report, "unused_parameters")
+    assert [c.passed for c in unused] == [True] and "pooler.dense.weight" in unused[0].detail
+    assert report.ok, report.render("markdown")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make", [gpt2, vit, resnet])
+def test_every_strategy_on_4_devices_with_from_pretrained_from_pt(make, tmp_path):
+    torch_model, flax_model, inputs = make()
+    torch_model.save_pretrained(tmp_path)
+    loaded = type(flax_model).from_pretrained(tmp_path, from_pt=True)
+    pair = hf.pair(make.__name__, torch_model, loaded, make_inputs=inputs, variables=loaded.params)
+    report = compare(pair, batch_size=8, devices=4, steps=2, seed=7, torch_devices="cpu")
+    assert report.ok, report.render("markdown")
+    assert [c.passed for c in checks_of(report, "conversion")] == [True]
