@@ -5,11 +5,24 @@ it is caught. Leaves are labelled by argument name and pytree path, e.g. "args[1
 """
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import jax
 
 from dp_jax._devices import is_array_leaf
+
+
+def check_dim(dim: Any, who: str) -> int:
+    """`dim` as an int (anything with __index__ but bool), or a TypeError naming it; checked when given."""
+    try:
+        if isinstance(dim, bool):
+            raise TypeError
+        return operator.index(dim)
+    except TypeError:
+        raise TypeError(
+            f"{who}: dim={dim!r} is not an int; pass the batch dimension as an int, e.g. dim=0 (dim=-1 for the last)"
+        ) from None
 
 
 def labelled_leaves(named_trees: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -19,7 +32,7 @@ def labelled_leaves(named_trees: dict[str, Any]) -> list[tuple[str, Any]]:
             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
-def common_batch(labelled: list[tuple[str, Any]], dim: int, caller: str) -> int | None:
+def common_batch(labelled: list[tuple[str, Any]], dim: int, who: str) -> int | None:
     """The size along `dim` shared by every array leaf (None when there are no arrays).
 
     Raises, naming the leaf, for a 0-dim array, an out-of-range dim, or a batch that differs.
@@ -30,25 +43,25 @@ def common_batch(labelled: list[tuple[str, Any]], dim: int, caller: str) -> int 
             continue
         if leaf.ndim == 0:
             raise ValueError(
-                f"{caller}: leaf {label} is 0-dim (a scalar array) and cannot be split along dim {dim}; "
+                f"{who}: leaf {label} is 0-dim (a scalar array) and cannot be split along dim {dim}; "
                 "pass arrays with a batch dimension, or close over scalars in apply_fn"
             )
-        size = leaf.shape[wrap_dim(dim, leaf.shape, label, caller)]
+        size = leaf.shape[wrap_dim(dim, leaf.shape, label, who)]
         if first is None:
             first = (label, size)
         elif size != first[1]:
             raise ValueError(
-                f"{caller}: leaf {label} has batch {size} but {first[0]} has {first[1]} (dim={dim}); "
+                f"{who}: leaf {label} has batch {size} but {first[0]} has {first[1]} (dim={dim}); "
                 f"all leaves split along dim {dim} must have the same size"
             )
     return None if first is None else first[1]
 
 
-def wrap_dim(dim: int, shape: tuple[int, ...], label: str, caller: str) -> int:
+def wrap_dim(dim: int, shape: tuple[int, ...], label: str, who: str) -> int:
     """`dim` wrapped for an array of `shape` (negative counts from the end, as in torch)."""
     if not -len(shape) <= dim < len(shape):
         raise ValueError(
-            f"{caller}: dim={dim} is out of range for {label} with shape {tuple(shape)}; "
+            f"{who}: dim={dim} is out of range for {label} with shape {tuple(shape)}; "
             f"pass dim in [{-len(shape)}, {len(shape) - 1}]"
         )
     return dim % len(shape)

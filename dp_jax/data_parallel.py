@@ -20,7 +20,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from dp_jax._devices import resolve_device, resolve_devices
+from dp_jax._batch import check_dim
+from dp_jax._devices import device_label, resolve_device, resolve_devices
 from dp_jax.strategies import (
     REPLICA_AXIS,
     ReplicaCache,
@@ -60,6 +61,7 @@ class DataParallel:
         sync_collections: bool = False, axis_name: str | None = None,
     ):
         self.apply_fn = _apply_fn_of(module_or_apply_fn)
+        dim = check_dim(dim, "DataParallel")
         self.device_ids = tuple(resolve_devices(jax.devices() if device_ids is None else device_ids, "device_ids"))
         self.output_device = (self.device_ids[0] if output_device is None
                               else resolve_device(output_device, "output_device", allow_cpu_literal=True))
@@ -85,6 +87,15 @@ class DataParallel:
         return (result.output, result.collections) if mutable else result.output
 
     __call__ = apply
+
+    def __repr__(self) -> str:
+        """As torch's: the wrapped module, indented; then where it runs (devices, output device, dim, strategy)."""
+        module = self.apply_fn.module if isinstance(self.apply_fn, _LinenApply) else self.apply_fn
+        devices = ", ".join(device_label(device) for device in self.device_ids)
+        axis = f", axis_name={self.axis_name!r}" if self.axis_name else ""
+        return (f"DataParallel(\n  (module): {repr(module).replace(chr(10), chr(10) + '  ')}\n"
+                f"  device_ids=[{devices}], output_device={device_label(self.output_device)}, dim={self.dim}, "
+                f"strategy={self.strategy!r}{axis}\n)")
 
     def place(self, variables: Any, batch_size: int | None = None) -> Any:
         """Send `variables` to the devices a batch of `batch_size` rows uses (default: all), ahead of apply.

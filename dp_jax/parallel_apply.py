@@ -127,17 +127,31 @@ def _apply_jitted(apply_fn: Callable[..., Any], static: tuple, arrays: list) -> 
 
 
 def _located(error: Exception, index: int, device: jax.Device) -> Exception:
-    """`error` re-made with its replica and device in the message, keeping its type when possible."""
+    """`error` re-made with its replica and device in the message, keeping its type wherever a copy of that
+    type shows the message (as torch's ExceptionWrapper does); else a RuntimeError."""
     message = (
         f"Caught {type(error).__name__} in replica {index} on device {device_label(device)}.\n"
         f"Original {''.join(traceback.format_exception(error))}"
     )
     if isinstance(error, KeyError):
         message = _VerbatimMessage(message)  # KeyError's str() would show the repr of the message
-    try:
-        return type(error)(message)
-    except Exception:
-        return RuntimeError(message)
+    for rebuild in (type(error), functools.partial(_without_constructor, error)):
+        try:
+            located = rebuild(message)
+            if str(located) == message:
+                return located
+        except Exception:
+            continue
+    return RuntimeError(message)
+
+
+def _without_constructor(error: Exception, message: str) -> Exception:
+    """An `error` of the same type made without calling its constructor (flax's ScopeParamShapeError
+    takes four arguments), with the original's attributes and `message` as its only arg."""
+    located = type(error).__new__(type(error))
+    located.__dict__.update(vars(error))
+    located.args = (message,)
+    return located
 
 
 class _VerbatimMessage(str):

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dp_jax._batch import common_batch, labelled_leaves, wrap_dim
+from dp_jax._batch import check_dim, common_batch, labelled_leaves, wrap_dim
 from dp_jax._devices import DeviceLike, is_array_leaf, resolve_device, resolve_devices
 
 SCALAR_GATHER_WARNING = (
@@ -44,6 +44,7 @@ def scatter(inputs: Any, devices: Sequence[DeviceLike], dim: int = 0) -> list[An
     pytree per chunk, each with the structure of `inputs`: fewer entries than devices when the batch
     is small. All split leaves must have the same batch size.
     """
+    dim = check_dim(dim, "scatter")
     devices = resolve_devices(devices)
     batch = common_batch(labelled_leaves({"inputs": inputs}), dim, "scatter")
     return _scatter_tree(inputs, batch, devices, dim)
@@ -58,6 +59,7 @@ def scatter_kwargs(
     padded with {}. So non-array kwargs reach every device and can give replicas with no positional
     args, as in torch. Arrays in args and kwargs must share one batch size. Copies like `scatter`.
     """
+    dim = check_dim(dim, "scatter_kwargs")
     devices = resolve_devices(devices)
     inputs, kwargs = tuple(inputs or ()), dict(kwargs or {})
     batch = common_batch(labelled_leaves({"args": inputs, "kwargs": kwargs}), dim, "scatter_kwargs")
@@ -84,6 +86,7 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike | str, dim: int = 0
     committed to the target. Outputs must share one pytree structure (dicts, lists, tuples,
     namedtuples, None); all-scalar leaves gathered along dim 0 become a vector, with torch's warning.
     """
+    dim = check_dim(dim, "gather")
     target = resolve_device(target_device, "target_device", allow_cpu_literal=True)
     outputs = list(outputs)
     if not outputs:

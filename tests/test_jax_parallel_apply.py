@@ -112,7 +112,7 @@ def test_a_failing_replica_reraises_its_type_naming_the_replica_and_device():
         dp_jax.parallel_apply(apply, [{}] * 4, chunks)
 
 
-def test_an_exception_that_cannot_be_rebuilt_from_a_message_becomes_runtime_error():
+def test_an_exception_whose_constructor_takes_other_arguments_keeps_its_type():
     class TwoPartError(Exception):
         def __init__(self, code: int, detail: str) -> None:
             super().__init__(code, detail)
@@ -120,7 +120,23 @@ def test_an_exception_that_cannot_be_rebuilt_from_a_message_becomes_runtime_erro
     def apply(replica, x):
         raise TwoPartError(7, "bad")
 
-    with pytest.raises(RuntimeError, match=r"Caught TwoPartError in replica 0 on device cpu:0"):
+    with pytest.raises(TwoPartError, match=r"Caught TwoPartError in replica 0 on device cpu:0"):
+        dp_jax.parallel_apply(apply, [{}], [jnp.ones(1)], devices=[0])
+
+
+def test_an_exception_that_cannot_show_the_located_message_becomes_runtime_error():
+    class CodeOnlyError(Exception):
+        def __init__(self, code: int) -> None:
+            super().__init__()
+            self.code = code
+
+        def __str__(self) -> str:  # ignores args, so a rebuilt copy could not say where it was raised
+            return f"code {self.code}"
+
+    def apply(replica, x):
+        raise CodeOnlyError(7)
+
+    with pytest.raises(RuntimeError, match=r"Caught CodeOnlyError in replica 0 on device cpu:0(.|\n)*code 7"):
         dp_jax.parallel_apply(apply, [{}], [jnp.ones(1)], devices=[0])
 
 
