@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,10 @@ class Launch:
         folder = Path(self._folder.name)
         env = {**os.environ, **self.env, **torch_env(rank, self.processes, self.port),
                RESULT_DIR_ENV: str(folder), LAUNCHER_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
-        with open(folder / f"rank{rank}.out", "wb") as out, open(folder / f"rank{rank}.err", "wb") as err:
+        with open(folder / f"rank{rank}.out", "wb") as out, open(folder / f"rank{rank}.err", "wb") as err, \
+                warnings.catch_warnings():
+            # JAX warns at every os.fork; this child runs one C call (prctl) and then exec, so it cannot deadlock.
+            warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
             return subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True, preexec_fn=_die_with_parent)
 
@@ -256,10 +260,13 @@ def _hint(tail: str, port: int | None) -> str:
     return ""
 
 
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None  # looked up before any fork
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: get SIGKILL when the launcher dies (Linux), so no rank outlives it."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 @contextlib.contextmanager
