@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from comparisons._backend_devices import TORCH_DEVICES, install_virtual, torch_kind
+from comparisons._backend_devices import TORCH_DEVICES, install_virtual, set_jax_cpu_devices, torch_kind
 from comparisons.distributed.cli import PROCESSES_HELP
 from comparisons.harness import STRATEGIES
 from comparisons.render import FORMATS
@@ -65,6 +65,9 @@ def _load_user_pairs(args: argparse.Namespace):
     """Installed packages' pairs (entry points), then --import modules, then --pair objects (the last returned)."""
     from comparisons import user_pairs
 
+    if getattr(args, "pairs", None) or getattr(args, "imports", None):
+        # a user module may start JAX on import (transformers' Flax models do): give it its CPU devices first
+        set_jax_cpu_devices(max(8, getattr(args, "devices", None) or 0))
     user_pairs.load_entry_points()
     for module in getattr(args, "imports", None) or ():
         user_pairs.import_module(module)
