@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from comparisons.distributed.launcher import write_result  # noqa: E402
+from comparisons.distributed.ranks import write_result  # noqa: E402
 
 
 def main(mode: str, arg: str = "") -> int:

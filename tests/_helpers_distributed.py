@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from comparisons.distributed.launcher import LAUNCHER_PID_ENV
+from comparisons.distributed.ranks import LAUNCHER_PID_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = [sys.executable, str(ROOT / "tests" / "_distributed_workers.py")]

@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     finally:
         jax.distributed.shutdown()
     result["seconds"] = time.perf_counter() - started
-    from comparisons.distributed.launcher import write_result
+    from comparisons.distributed.ranks import write_result
 
     write_result(result)
     return 0

@@ -27,7 +27,7 @@ from comparisons import models
 from comparisons._torch_run import make_optimizer
 from comparisons.convert import torch_grads_to_flax
 from comparisons.distributed.config import WorkerConfig, chunk_rows
-from comparisons.distributed.launcher import write_result
+from comparisons.distributed.ranks import write_result
 from comparisons.placement import PlacementMap, placement_of
 
 
