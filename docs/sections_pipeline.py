@@ -122,10 +122,24 @@ def uneven_strategy_table() -> str:
     rows = []
     for batch in (5, 10, 13):
         chunks = dp_torch.scatter(torch.zeros(batch, 1), ["cpu"] * 4)
-        rows.append([batch, "PyTorch `DataParallel`", len(chunks), _sizes(chunks), 0])
-        for strategy in dp_jax.STRATEGIES:
-            plan = dp_jax.DataParallel(nn.Dense(2), jax.devices()[:4], strategy=strategy).plan(batch)
-            computed = plan.chunk_sizes if strategy == "explicit" else [plan.shard_size] * len(plan.devices)
-            rows.append([batch, f"dp_jax `{strategy}`", len(plan.devices), ", ".join(map(str, computed)),
-                         plan.pad_rows])
-    return table(["batch", "runs as", "replicas", "rows computed per replica", "padding rows"], rows)
+        rows.append([batch, "PyTorch `DataParallel`", len(chunks), _sizes(chunks), 0, "one thread per replica"])
+        runs = [(strategy, "exact") for strategy in dp_jax.STRATEGIES] + [("pmap", "pad")]
+        for strategy, uneven in runs:
+            dp = dp_jax.DataParallel(nn.Dense(2), jax.devices()[:4], strategy=strategy, uneven=uneven)
+            plan = dp.plan(batch)
+            computed = [len(plan.rows(i)) + (plan.pad_rows if i == len(plan.devices) - 1 else 0)
+                        for i in range(len(plan.devices))]
+            label = f"dp_jax `{strategy}`" + (", `uneven='pad'`" if uneven == "pad" else "")
+            rows.append([batch, label, len(plan.devices), ", ".join(map(str, computed)), plan.pad_rows,
+                         _how(plan)])
+    return table(["batch", "runs as", "replicas", "rows computed per replica", "padding rows", "how"], rows)
+
+
+def _how(plan) -> str:
+    """How the plan's replicas run, in a few words."""
+    if plan.mapped_replicas == 0:
+        return "one call per replica"
+    if plan.tail_replica is not None:
+        return (f"replicas 0..{plan.mapped_replicas - 1} in one program; replica {plan.tail_replica} "
+                "(short chunk) its own call")
+    return "one program over every replica" + ("; last chunk padded" if plan.pad_rows else "")

@@ -20,14 +20,14 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from dp_jax._batch import check_dim
-from dp_jax._devices import device_label, resolve_device, resolve_devices
+from dp_jax._devices import resolve_device, resolve_devices
 from dp_jax.strategies import (
     REPLICA_AXIS,
     ReplicaCache,
     ReplicaPlacement,
     ShardPlan,
     StrategyCall,
+    check_uneven,
     lookup,
     place_call,
     place_variables,
@@ -50,7 +50,13 @@ class DataParallel:
       sync_collections: return the mean over replicas of updated floating collections instead of
         replica 0's (a cheap, approximate SyncBatchNorm: the mean of per-chunk variances).
       axis_name: name the replica axis, so collectives in the model (BatchNorm(axis_name=...),
-        lax.pmean) span every replica: true SyncBatchNorm. Not with 'explicit'.
+        lax.pmean) span every replica: true SyncBatchNorm. Not with 'explicit', nor with a batch
+        that splits into unequal chunks (the short chunk runs apart; the error names the fix).
+      uneven: 'exact' (default): every replica computes on exactly its torch chunk, a mapped
+        strategy running a short last chunk as its own call (one more dispatch, one compile per
+        tail shape). 'pad' (mapped strategies): pad the last chunk as a pmap port does, refusing
+        collections, rngs, collectives and outputs that do not grow with the chunk; a model that
+        mixes rows (BatchNorm, attention over the batch) still changes silently (docs/uneven_batches.md).
     The variables placed on the devices are cached (last two, by leaf identity), so a second call
     with the same variables sends nothing; `.cache.clear()` frees them.
     """
@@ -58,15 +64,15 @@ class DataParallel:
     def __init__(
         self, module_or_apply_fn: nn.Module | Callable[..., Any], device_ids: Sequence[Any] | None = None,
         output_device: Any = None, dim: int = 0, strategy: str = "explicit", *,
-        sync_collections: bool = False, axis_name: str | None = None,
+        sync_collections: bool = False, axis_name: str | None = None, uneven: str = "exact",
     ):
         self.apply_fn = _apply_fn_of(module_or_apply_fn)
-        dim = check_dim(dim, "DataParallel")
         self.device_ids = tuple(resolve_devices(jax.devices() if device_ids is None else device_ids, "device_ids"))
         self.output_device = (self.device_ids[0] if output_device is None
                               else resolve_device(output_device, "output_device", allow_cpu_literal=True))
         self.record = lookup(strategy, axis_name)  # raises for an unknown name or an unbindable axis_name
-        self.dim, self.strategy = dim, strategy
+        check_uneven(uneven, strategy)
+        self.dim, self.strategy, self.uneven = dim, strategy, uneven
         self.sync_collections, self.axis_name = sync_collections, axis_name
         self.cache = ReplicaCache(maxsize=2)
         self.last_plan: ShardPlan | None = None
@@ -88,23 +94,15 @@ class DataParallel:
 
     __call__ = apply
 
-    def __repr__(self) -> str:
-        """As torch's: the wrapped module, indented; then where it runs (devices, output device, dim, strategy)."""
-        module = self.apply_fn.module if isinstance(self.apply_fn, _LinenApply) else self.apply_fn
-        devices = ", ".join(device_label(device) for device in self.device_ids)
-        axis = f", axis_name={self.axis_name!r}" if self.axis_name else ""
-        return (f"DataParallel(\n  (module): {repr(module).replace(chr(10), chr(10) + '  ')}\n"
-                f"  device_ids=[{devices}], output_device={device_label(self.output_device)}, dim={self.dim}, "
-                f"strategy={self.strategy!r}{axis}\n)")
-
     def place(self, variables: Any, batch_size: int | None = None) -> Any:
         """Send `variables` to the devices a batch of `batch_size` rows uses (default: all), ahead of apply.
 
         Transfers once; later calls with the same variables (and replica count) reuse the copies.
-        Returns the placed copies (a list per device for 'explicit', P()-replicated arrays otherwise).
+        Returns the placed copies (a list per device for 'explicit'; for a mapped strategy a
+        MappedVariables: P()-replicated arrays, and a copy for a short last chunk's own call).
         """
-        devices = self.device_ids if batch_size is None else self.plan(batch_size).devices
-        return place_variables(self.record, variables, devices, self.cache, self.axis_name or REPLICA_AXIS)
+        plan = self.plan(len(self.device_ids) if batch_size is None else batch_size)
+        return place_variables(self.record, variables, plan, self.cache, self.axis_name or REPLICA_AXIS)
 
     def placed(self, variables: Any, *args: Any, **kwargs: Any) -> ReplicaPlacement:
         """Where `apply(variables, *args, **kwargs)` puts things: per-replica variables and inputs, and the plan.
@@ -120,16 +118,18 @@ class DataParallel:
         # torch's one-device shortcut: the output stays on device_ids[0]
         output_device = self.device_ids[0] if len(self.device_ids) == 1 else self.output_device
         return StrategyCall(replica_fn, variables, tuple(args), dict(kwargs), self.device_ids, output_device,
-                            self.dim, rngs, self.cache, updates_collections, self.sync_collections, self.axis_name)
+                            self.dim, rngs, self.cache, updates_collections, self.sync_collections, self.axis_name,
+                            self.uneven)
 
     def plan(self, batch_size: int | None) -> ShardPlan:
-        """The ShardPlan a batch of `batch_size` rows would get (devices, chunk sizes, padding)."""
-        return plan_shards(batch_size, self.device_ids, self.strategy)
+        """The ShardPlan a batch of `batch_size` rows would get (devices, chunk sizes, how each replica runs)."""
+        return plan_shards(batch_size, self.device_ids, self.strategy, self.uneven)
 
 
 def data_parallel(
     apply_fn: Callable[..., Any], variables: Any, inputs: Any, device_ids: Sequence[Any] | None = None,
     output_device: Any = None, dim: int = 0, module_kwargs: dict | None = None, strategy: str = "explicit",
+    *, uneven: str = "exact",
 ) -> Any:
     """Functional DataParallel: apply_fn(variables, *inputs, **module_kwargs) over device_ids.
 
@@ -137,7 +137,7 @@ def data_parallel(
     places the variables on every call (no cache); compiled programs are still reused.
     """
     inputs = () if inputs is None else inputs if isinstance(inputs, tuple) else (inputs,)
-    wrapper = DataParallel(apply_fn, device_ids, output_device, dim, strategy)
+    wrapper = DataParallel(apply_fn, device_ids, output_device, dim, strategy, uneven=uneven)
     return wrapper.apply(variables, *inputs, **(module_kwargs or {}))
 
 

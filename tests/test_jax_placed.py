@@ -44,18 +44,33 @@ def test_every_leaf_of_replica_i_is_on_device_i(strategy, batch, n):
                            jax.tree.map(np.asarray, variables))
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_replica_i_holds_torch_rows_and_the_plan_reports_the_padding(strategy):
+@pytest.mark.parametrize("strategy,uneven", [*((s, "exact") for s in STRATEGIES), *((s, "pad") for s in MAPPED)])
+def test_replica_i_holds_torch_rows_and_padding_only_when_asked(strategy, uneven):
     model, variables, args, kwargs = call_args(5, seed=3)
     x = args[0]
-    placed = DataParallel(model, devices(4), strategy=strategy).placed(variables, *args, **kwargs)
+    dp = DataParallel(model, devices(4), strategy=strategy, uneven=uneven)
+    placed = dp.placed(variables, *args, **kwargs)
     assert placed.plan.chunk_sizes == (2, 2, 1)
-    assert placed.plan.pad_rows == (0 if strategy == "explicit" else 1)
+    assert placed.plan.pad_rows == (1 if uneven == "pad" else 0)
     np.testing.assert_array_equal(rows_of(placed, 0), x[0:2])
     np.testing.assert_array_equal(rows_of(placed, 1), x[2:4])
     last = rows_of(placed, 2)
     assert len(last) == 1 + placed.plan.pad_rows
     np.testing.assert_array_equal(last, np.repeat(x[4:5], len(last), axis=0))  # padding repeats row 4
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_the_short_chunk_runs_on_its_own_device_with_its_own_rows_and_a_copy_of_the_variables(strategy):
+    model, variables, args, kwargs = call_args(11, seed=8)
+    dp = DataParallel(lambda v, x, train, mask: model.apply(v, x, train) * mask, devices(4), strategy=strategy)
+    placed = dp.placed(variables, *args, **kwargs)
+    (x, _), replica_kwargs = placed.inputs_per_replica[3]
+    assert x.shape == (2, args[0].shape[1]) and x.devices() == {devices(4)[3]}  # rows 9, 10; no replica axis
+    np.testing.assert_array_equal(np.asarray(x), args[0][9:11])
+    np.testing.assert_array_equal(np.asarray(replica_kwargs["mask"]), kwargs["mask"][9:11])
+    assert_committed_to(placed.variables_per_replica[3], devices(4)[3])
+    dp.apply(variables, *args, **kwargs)
+    assert (dp.cache.misses, dp.cache.hits) == (1, 1)  # the own call's copy is cached with the program's
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

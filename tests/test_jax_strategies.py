@@ -1,4 +1,6 @@
-"""dp_jax strategies: shard plans, padding refusals, per-replica keys, the variables cache, compile counts."""
+"""dp_jax strategies: shard plans, argument refusals, per-replica keys, the variables cache, compile counts.
+
+uneven batches (exactness, the padding mode and its refusals) are in test_jax_uneven.py."""
 from __future__ import annotations
 
 import jax
@@ -18,26 +20,58 @@ from dp_jax.strategies import STRATEGIES, plan_shards, replica_keys
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_batch_of_5_on_4_devices_uses_3_replicas(strategy):
+def test_batch_of_5_on_4_devices_uses_3_replicas_each_on_its_own_rows(strategy):
     devices = tuple(jax.devices()[:4])
     plan = plan_shards(5, devices, strategy)
     assert plan.chunk_sizes == (2, 2, 1)
     assert plan.devices == devices[:3]
     assert [list(plan.rows(i)) for i in range(3)] == [[0, 1], [2, 3], [4]]
-    assert plan.padded_size == (5 if strategy == "explicit" else 6)
-    assert ("+1 padding" in plan.describe()) == (strategy != "explicit")
+    assert plan.padded_size == 5 and plan.pad_rows == 0
+    assert "padding" not in plan.describe()
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_plan_says_the_short_chunk_runs_as_its_own_call(strategy):
+    plan = plan_shards(11, tuple(jax.devices()[:4]), strategy)
+    assert plan.tail_replica == 3 and plan.mapped_replicas == 3
+    assert plan.describe().splitlines() == [
+        "replica 0 on cpu:0: rows 0..2 (one program over replicas 0..2)",
+        "replica 1 on cpu:1: rows 3..5 (one program over replicas 0..2)",
+        "replica 2 on cpu:2: rows 6..8 (one program over replicas 0..2)",
+        "replica 3 on cpu:3: rows 9..10 (own call, short chunk)",
+    ]
+
+
+def test_explicit_plan_runs_every_replica_as_its_own_call():
+    plan = plan_shards(11, tuple(jax.devices()[:4]), "explicit")
+    assert plan.tail_replica is None and plan.mapped_replicas == 0
+    assert plan.describe().splitlines()[3] == "replica 3 on cpu:3: rows 9..10 (own call)"
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_pad_mode_plan_pads_the_last_chunk_and_says_so(strategy):
+    plan = plan_shards(5, tuple(jax.devices()[:4]), strategy, uneven="pad")
+    assert plan.padded_size == 6 and plan.pad_rows == 1 and plan.tail_replica is None
+    assert (plan.describe().splitlines()[-1]
+            == "replica 2 on cpu:2: rows 4..4 (one program over replicas 0..2, +1 padding row)")
 
 
 @settings(max_examples=60, deadline=None)
-@given(batch=st.integers(1, 200), n=st.integers(1, 8), strategy=st.sampled_from(STRATEGIES))
-def test_plan_keeps_torch_chunks_and_pads_only_the_last(batch, n, strategy):
-    plan = plan_shards(batch, tuple(jax.devices()[:n]), strategy)
+@given(batch=st.integers(1, 200), n=st.integers(1, 8), strategy=st.sampled_from(STRATEGIES),
+       uneven=st.sampled_from(["exact", "pad"]))
+def test_plan_keeps_torch_chunks_and_pads_only_the_last_only_when_asked(batch, n, strategy, uneven):
+    if uneven == "pad" and strategy == "explicit":
+        return
+    plan = plan_shards(batch, tuple(jax.devices()[:n]), strategy, uneven)
     chunk = -(-batch // n)
     assert sum(plan.chunk_sizes) == batch and len(plan.chunk_sizes) <= n
     assert set(plan.chunk_sizes[:-1]) <= {chunk} and 0 < plan.chunk_sizes[-1] <= chunk
     assert len(plan.devices) == len(plan.chunk_sizes)
-    expected_pad = 0 if strategy == "explicit" else chunk - plan.chunk_sizes[-1]
+    short = plan.chunk_sizes[-1] < chunk
+    expected_pad = chunk - plan.chunk_sizes[-1] if uneven == "pad" else 0
     assert plan.pad_rows == expected_pad and plan.padded_size == batch + expected_pad
+    own_calls = len(plan.devices) if strategy == "explicit" else int(short and uneven == "exact")
+    assert plan.mapped_replicas == len(plan.devices) - own_calls
 
 
 def test_dataparallel_reports_the_plan_it_ran():
@@ -45,7 +79,7 @@ def test_dataparallel_reports_the_plan_it_ran():
     dp = DataParallel(model, [0, 1, 2, 3], strategy="pmap")
     dp.apply(variables, x)
     assert dp.last_plan == dp.plan(5)
-    assert dp.last_plan.padded_size == 6 and dp.last_plan.devices == tuple(jax.devices()[:3])
+    assert dp.last_plan.tail_replica == 2 and dp.last_plan.devices == tuple(jax.devices()[:3])
 
 
 # --- refusals ----------------------------------------------------------------------------------
@@ -57,13 +91,15 @@ def test_unknown_strategy_names_value_and_choices():
         DataParallel(model, strategy="pjit")
 
 
-@pytest.mark.parametrize("strategy", MAPPED)
-def test_uneven_batch_in_bn_training_raises_naming_strategy_batch_and_fix(strategy):
-    model, variables, x = make("convbn", 5, seed=2)
-    dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy)
-    with pytest.raises(ValueError, match=rf"strategy='{strategy}'.*batch of 5 rows on 4 devices.*"
-                                         r"padded to 6.*BatchNorm.*strategy='explicit'.*\(e\.g\. 4 or 6\)"):
-        dp.apply(variables, x, True, mutable=["batch_stats"])
+def test_unknown_uneven_mode_names_value_and_choices():
+    with pytest.raises(ValueError, match=r"uneven='trim' is unknown; pass 'exact' \(the default.*or 'pad'"):
+        DataParallel(lambda v, x: x, strategy="pmap", uneven="trim")
+
+
+def test_pad_mode_with_explicit_raises_naming_the_fix():
+    with pytest.raises(ValueError, match=r"uneven='pad' needs a strategy that maps.*strategy='explicit'.*"
+                                         r"pass uneven='exact' or strategy='pmap'"):
+        DataParallel(lambda v, x: x, strategy="explicit", uneven="pad")
 
 
 def test_explicit_runs_uneven_bn_training_with_chunk_0_stats():
@@ -72,21 +108,6 @@ def test_explicit_runs_uneven_bn_training_with_chunk_0_stats():
     _, chunk0 = model.apply(variables, x[:2], True, mutable=["batch_stats"])
     assert out.shape == (5, 3)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), stats, chunk0)
-
-
-@pytest.mark.parametrize("strategy", MAPPED)
-def test_uneven_batch_with_dropout_rngs_raises(strategy):
-    model, variables, x = make("mlp", 7, seed=3)
-    dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy)
-    with pytest.raises(ValueError, match=r"batch of 7 rows.*random draws.*strategy='explicit'"):
-        dp.apply(variables, x, True, rngs={"dropout": jax.random.key(0)})
-
-
-def test_per_replica_reduction_with_padding_raises():
-    model, variables, x = make("mlp", 5, seed=4)
-    dp = DataParallel(lambda v, x: jnp.sum(model.apply(v, x)), [0, 1, 2, 3], strategy="sharded")
-    with pytest.raises(ValueError, match=r"output has shape \(\) per replica, not 2 rows.*padding"):
-        dp.apply(variables, x)
 
 
 @pytest.mark.parametrize("strategy", MAPPED)
@@ -197,16 +218,18 @@ def test_cache_keys_the_devices_batch_8_then_5_on_4_devices(strategy):
     assert (dp.cache.misses, dp.cache.hits) == (2, 0)
 
 
+@pytest.mark.parametrize("batch", [8, 7])  # 7 on 4: chunks 2, 2, 2, 1, the last one its own call
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_gathering_scalars_warns_as_torch_and_returns_one_value_per_replica(strategy):
-    rng = np.random.default_rng(14)
-    w, x = rng.standard_normal(3).astype(np.float32), rng.standard_normal((8, 3)).astype(np.float32)
+def test_gathering_scalars_warns_as_torch_and_returns_one_value_per_replica(strategy, batch):
+    rng = np.random.default_rng(14 + batch)
+    w, x = rng.standard_normal(3).astype(np.float32), rng.standard_normal((batch, 3)).astype(np.float32)
     dp = DataParallel(lambda v, x: jnp.sum(x @ v["w"]), [0, 1, 2, 3], strategy=strategy)
     with pytest.warns(UserWarning, match=r"^Was asked to gather along dimension 0, but all input tensors were "
                                          r"scalars; will instead unsqueeze and return a vector\.$"):
         out = dp.apply({"w": w}, x)
+    per_chunk = [(x[start:start + 2] @ w).sum() for start in range(0, batch, 2)]
     assert out.shape == (4,)
-    np.testing.assert_allclose(np.asarray(out), (x @ w).reshape(4, 2).sum(axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(out), per_chunk, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -6,23 +6,25 @@
 - 'sharded': `jax.jit` of `jax.vmap` over a (replica, row) reshaped batch sharded with NamedSharding;
   vmap keeps each replica's computation (BatchNorm statistics, dropout) its own.
 - 'shard_map': `jax.jit(jax.shard_map(..., check_vma=False))`, the per-device view.
-The mapped three pad the last chunk (see ShardPlan) and refuse what padding would change.
+Every strategy computes on exactly torch's chunks: on an uneven batch the mapped three run the
+full chunks as one program and the short last chunk as its own call (see ShardPlan). With
+uneven='pad' they pad the last chunk instead, as a pmap port does, and refuse what that visibly changes.
 
 Layout: `table` (one `Strategy` record per name, the mapped programs' builders), `plan`
-(ShardPlan: who runs which rows), `inputs` (split and place the batch), `unpad` (gather the
-mapped outputs), `cache` (placed variables), `explicit` and `mapped` (the two ways to run).
+(ShardPlan: who runs which rows, and how), `inputs` (split, cut and place the batch), `padding`
+(what uneven='pad' refuses), `unpad` (gather the mapped outputs), `cache` (placed variables),
+`explicit` and `mapped` (the two ways to run).
 """
 from __future__ import annotations
 
 from typing import Any
 
-import jax
-
 from dp_jax.strategies import explicit, mapped
 from dp_jax.strategies.cache import ReplicaCache
 from dp_jax.strategies.call import StrategyCall, StrategyResult, reduce_collections, replica_keys
+from dp_jax.strategies.mapped import MappedVariables
 from dp_jax.strategies.mesh import REPLICA_AXIS
-from dp_jax.strategies.plan import ReplicaPlacement, ShardPlan, plan_shards
+from dp_jax.strategies.plan import UNEVEN_MODES, ReplicaPlacement, ShardPlan, check_uneven, plan_shards
 from dp_jax.strategies.table import MAPPED_STRATEGIES, STRATEGIES, Strategy, lookup
 
 _RUNNERS = {False: explicit, True: mapped}  # by Strategy.mapped: one call per replica, or one program
@@ -48,15 +50,16 @@ def place_call(strategy: Strategy | str, call: StrategyCall) -> ReplicaPlacement
     return _RUNNERS[record.mapped].place(record, call)
 
 
-def place_variables(strategy: Strategy | str, variables: Any, devices: tuple[jax.Device, ...], cache: ReplicaCache,
+def place_variables(strategy: Strategy | str, variables: Any, plan: ShardPlan, cache: ReplicaCache,
                     axis_name: str = REPLICA_AXIS) -> Any:
-    """The variables as `strategy` uses them on `devices`, sent once while `cache` holds them.
+    """The variables as `strategy` uses them for `plan`'s replicas, sent once while `cache` holds them.
 
-    'explicit': dp_jax.replicate's list of per-device copies; mapped strategies: one array per
-    leaf replicated with a P() NamedSharding over the mesh of `devices`.
+    'explicit': dp_jax.replicate's list of per-device copies; mapped strategies: a MappedVariables
+    (one array per leaf replicated with a P() NamedSharding over the program's devices, and a copy
+    on the device of a short last chunk that runs as its own call).
     """
     record = strategy if isinstance(strategy, Strategy) else lookup(strategy)
-    return _RUNNERS[record.mapped].place_variables(record, variables, devices, cache, axis_name)
+    return _RUNNERS[record.mapped].place_variables(record, variables, plan, cache, axis_name)
 
 
 def _record(strategy: Strategy | str, call: StrategyCall) -> Strategy:
@@ -65,7 +68,8 @@ def _record(strategy: Strategy | str, call: StrategyCall) -> Strategy:
 
 
 __all__ = [
-    "MAPPED_STRATEGIES", "REPLICA_AXIS", "STRATEGIES", "ReplicaCache", "ReplicaPlacement", "ShardPlan",
+    "MAPPED_STRATEGIES", "REPLICA_AXIS", "STRATEGIES", "UNEVEN_MODES", "MappedVariables", "ReplicaCache",
+    "ReplicaPlacement", "ShardPlan", "check_uneven",
     "Strategy", "StrategyCall", "StrategyResult", "lookup", "place_call", "place_variables", "plan_shards",
     "reduce_collections", "replica_keys", "run_strategy",
 ]

@@ -31,6 +31,8 @@ class StrategyCall:
       updates_collections: the call returns updated (mutable) collections.
       sync_collections: return the mean over replicas of floating collections instead of replica 0's.
       axis_name: the name the replica axis is bound to for collectives (mapped strategies only).
+      uneven: 'exact' (no padding row enters a computation) or 'pad' (mapped strategies pad the
+        last chunk and refuse what that would visibly change).
     """
 
     replica_fn: ReplicaFn
@@ -45,6 +47,7 @@ class StrategyCall:
     updates_collections: bool = False
     sync_collections: bool = False
     axis_name: str | None = None
+    uneven: str = "exact"
 
     @property
     def mesh_axis(self) -> str:

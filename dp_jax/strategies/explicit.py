@@ -18,10 +18,10 @@ from dp_jax.strategies.plan import ReplicaPlacement, ShardPlan, plan_shards
 from dp_jax.strategies.table import Strategy
 
 
-def place_variables(record: Strategy, variables: Any, devices: tuple[jax.Device, ...], cache: ReplicaCache,
+def place_variables(record: Strategy, variables: Any, plan: ShardPlan, cache: ReplicaCache,
                     axis_name: str) -> list[Any]:
-    """dp_jax.replicate's per-device copies of `variables`, sent once while `cache` holds them."""
-    return cache.get(variables, (record.name, devices), lambda v: replicate(v, list(devices)))
+    """dp_jax.replicate's per-device copies of `variables` for `plan`'s replicas, sent once while cached."""
+    return cache.get(variables, (record.name, plan.devices), lambda v: replicate(v, list(plan.devices)))
 
 
 def run(record: Strategy, call: StrategyCall) -> StrategyResult:
@@ -31,7 +31,7 @@ def run(record: Strategy, call: StrategyCall) -> StrategyResult:
     keys = replica_keys(call.rngs, len(used))
     per_replica_keys = [None if keys is None else jax.device_put(jax.tree.map(lambda k, i=i: k[i], keys), d)
                         for i, d in enumerate(used)]
-    results = parallel_apply(_with_rngs_first(call.replica_fn), replicas,
+    results = parallel_apply(with_rngs_first(call.replica_fn), replicas,
                              [(k, *inp) for k, inp in zip(per_replica_keys, inputs)], kwargs_tup, list(used))
     outputs = [out for out, _ in results]
     output = outputs[0] if len(call.devices) == 1 else gather(outputs, call.output_device, call.dim)
@@ -53,13 +53,18 @@ def _place(record: Strategy, call: StrategyCall, who: str) -> tuple[ShardPlan, l
     plan = plan_shards(batch_size_of(call.args, call.kwargs, call.dim, who), call.devices, record.name)
     inputs, kwargs_tup = scatter_kwargs(call.args, call.kwargs, call.devices, call.dim)
     inputs, kwargs_tup = inputs or ((),), kwargs_tup or ({},)  # torch: no inputs -> one replica
-    variables = place_variables(record, call.variables, plan.devices, call.cache, call.mesh_axis)
+    # torch's scatter_kwargs sends non-array kwargs to every device, which gives replicas with no
+    # rows (batch 5 on 4: a 4th replica with no positional args); run only the replicas that got a chunk
+    inputs, kwargs_tup = inputs[: len(plan.devices)], kwargs_tup[: len(plan.devices)]
+    variables = place_variables(record, call.variables, plan, call.cache, call.mesh_axis)
     return plan, variables, inputs, kwargs_tup
 
 
 @functools.lru_cache(maxsize=256)
-def _with_rngs_first(replica_fn: ReplicaFn) -> Callable:
-    """replica_fn as parallel_apply calls it: fn(variables, rngs, *args, **kwargs); one object per fn."""
+def with_rngs_first(replica_fn: ReplicaFn) -> Callable:
+    """replica_fn as parallel_apply calls it: fn(variables, rngs, *args, **kwargs); one object per fn.
+
+    A mapped strategy's short last chunk runs through it too, so its numbers are explicit's."""
     def apply(variables, rngs, *args, **kwargs):
         return replica_fn(variables, rngs, args, kwargs)
     return apply

@@ -1,4 +1,4 @@
-"""Inputs of the mapped strategies: split args/kwargs into batched arrays and static values, pad, place.
+"""Inputs of the mapped strategies: split args/kwargs into batched arrays and static values, cut, pad, place.
 
 Arrays (jax or numpy) are split along `dim` like torch splits tensors; every other leaf (a bool
 `train` flag, a string) is passed to every replica unchanged and is part of the compile key, so
@@ -82,15 +82,31 @@ def split_replica_axis(x: Any, axis: int, replicas: int) -> Any:
     return x.reshape(shape[:axis] + (replicas, shape[axis] // replicas) + shape[axis + 1 :])
 
 
+def rows_of(x: Any, axis: int, start: int, stop: int) -> Any:
+    """Rows start..stop-1 of `x` along `axis` (a view for numpy; one slicing dispatch for a jax array)."""
+    if start == 0 and stop == x.shape[axis]:
+        return x
+    return x[(slice(None),) * axis + (slice(start, stop),)]
+
+
 def place_arrays(split: SplitArgs, plan: ShardPlan, mesh: Any, name: str, stacked: bool) -> list[Any]:
-    """Pad each array to the plan, optionally reshape to (k, c), and shard it over `mesh`.
+    """The arrays of the mapped program's replicas, padded if the plan pads, optionally reshaped to
+    (replicas, c), sharded over `mesh`.
 
     Copies: the padded array (if padding) and one host-to-device or device-to-device transfer.
     """
+    replicas, rows = plan.mapped_replicas, plan.mapped_replicas * plan.shard_size
     placed = []
     for x, axis in zip(split.arrays, split.axes):
-        x = pad_to(x, axis, plan.padded_size)
+        x = pad_to(rows_of(x, axis, 0, min(rows, x.shape[axis])), axis, rows)
         if stacked:
-            x = split_replica_axis(x, axis, len(plan.devices))
+            x = split_replica_axis(x, axis, replicas)
         placed.append(jax.device_put(x, NamedSharding(mesh, spec_at(axis, name))))
     return placed
+
+
+def place_tail(split: SplitArgs, plan: ShardPlan) -> list[Any]:
+    """The short last chunk's arrays, committed to its device (as scatter places a chunk)."""
+    start = plan.mapped_replicas * plan.shard_size
+    device = plan.devices[plan.tail_replica]
+    return [jax.device_put(rows_of(x, axis, start, x.shape[axis]), device) for x, axis in zip(split.arrays, split.axes)]

@@ -1,10 +1,11 @@
-"""ShardPlan: which device runs which rows, and how a strategy pads them to equal shards.
+"""ShardPlan: which device runs which rows, and how each replica runs.
 
 Every strategy keeps torch's chunking: chunk size ceil(B / n), and only as many replicas as there
-are chunks (batch 5 on 4 devices: 2, 2, 1 on three devices). The mapped strategies ('pmap',
-'sharded', 'shard_map') need equal shards, so they pad the *last* chunk up to the chunk size by
-repeating its last row. Replica i therefore always holds torch's rows i*c .. i*c+c-1, chunk 0 is
-never padded, and padded rows are dropped before the output is gathered.
+are chunks (batch 5 on 4 devices: 2, 2, 1 on three devices), replica i on torch's rows
+i*c .. i*c+c-1. By default (uneven='exact') every replica computes on exactly its chunk: a mapped
+strategy runs the equal full chunks as one program and a short last chunk as its own call on its
+device. With uneven='pad' a mapped strategy instead pads the last chunk up to c rows by repeating
+its last row (what a hand-written pmap port does) and drops those rows before gathering.
 """
 from __future__ import annotations
 
@@ -17,16 +18,19 @@ from dp_jax._devices import device_label
 from dp_jax.scatter_gather import chunk_sizes
 from dp_jax.strategies.table import lookup
 
+UNEVEN_MODES = ("exact", "pad")
+
 
 class ShardPlan(NamedTuple):
-    """Where one call's rows go.
+    """Where one call's rows go, and how each replica runs.
 
     Attributes:
       strategy: the strategy that made the plan.
       batch_size: rows along `dim` in the inputs (None when no input array is split).
       chunk_sizes: torch chunk sizes, one per replica (`replica i` runs on `devices[i]`).
-      padded_size: rows after padding (== batch_size unless the last chunk is padded).
+      padded_size: rows after padding (== batch_size unless uneven='pad' pads the last chunk).
       devices: the devices that run a replica, `device_ids[:len(chunk_sizes)]` as in torch.
+      uneven: 'exact' (no padding row enters a computation) or 'pad'.
     """
 
     strategy: str
@@ -34,30 +38,53 @@ class ShardPlan(NamedTuple):
     chunk_sizes: tuple[int, ...]
     padded_size: int | None
     devices: tuple[jax.Device, ...]
+    uneven: str = "exact"
 
     @property
     def pad_rows(self) -> int:
-        """Rows of padding appended to the last chunk (0 for 'explicit' and even batches)."""
+        """Rows of padding appended to the last chunk (0 unless uneven='pad' and the batch is uneven)."""
         return 0 if self.batch_size is None else self.padded_size - self.batch_size
 
     @property
     def shard_size(self) -> int:
-        """Rows each replica computes on (the chunk size; padded shards included)."""
+        """Rows of a full chunk: what every replica of a mapped program computes on (padding included)."""
         return self.chunk_sizes[0] if self.chunk_sizes else 0
+
+    @property
+    def tail_replica(self) -> int | None:
+        """The replica a mapped strategy runs as its own call (its chunk is short, uneven='exact'), or None."""
+        short = bool(self.chunk_sizes) and self.chunk_sizes[-1] < self.shard_size
+        if short and not self.pad_rows and lookup(self.strategy).mapped:
+            return len(self.chunk_sizes) - 1
+        return None
+
+    @property
+    def mapped_replicas(self) -> int:
+        """How many replicas one mapped program runs (0 for 'explicit': every replica is its own call)."""
+        if not lookup(self.strategy).mapped:
+            return 0
+        return len(self.devices) - (self.tail_replica is not None)
 
     def rows(self, replica: int) -> range:
         """The input rows (original indices, padding excluded) that `replica` computes on."""
         start = sum(self.chunk_sizes[:replica])
         return range(start, start + self.chunk_sizes[replica])
 
+    def how(self, replica: int) -> str:
+        """How `replica` runs: "own call", "own call, short chunk", "program over replicas 0..2", padding."""
+        if replica >= self.mapped_replicas:
+            return "own call, short chunk" if replica == self.tail_replica else "own call"
+        pad = self.pad_rows if replica == len(self.devices) - 1 else 0
+        program = f"one program over replicas 0..{self.mapped_replicas - 1}"
+        return program + (f", +{pad} padding row{'s' if pad > 1 else ''}" if pad else "")
+
     def describe(self) -> str:
-        """One line per replica, e.g. "replica 2 on cpu:2: rows 4..4 (+1 padding row)"."""
+        """One line per replica, e.g. "replica 3 on cpu:3: rows 9..10 (own call, short chunk)"."""
         lines = []
         for i, device in enumerate(self.devices):
-            rows = self.rows(i)
+            rows = self.rows(i) if self.chunk_sizes else range(0)
             span = f"rows {rows.start}..{rows.stop - 1}" if rows else "no rows"
-            pad = self.pad_rows if i == len(self.devices) - 1 else 0
-            lines.append(f"replica {i} on {device_label(device)}: {span}" + (f" (+{pad} padding)" if pad else ""))
+            lines.append(f"replica {i} on {device_label(device)}: {span} ({self.how(i)})")
         return "\n".join(lines)
 
 
@@ -66,11 +93,12 @@ class ReplicaPlacement(NamedTuple):
 
     Attributes:
       variables_per_replica: replica i's variables; every array is committed to plan.devices[i].
-      inputs_per_replica: replica i's (args, kwargs) as it computes on them, padding rows included
-        (the last replica's, `plan.pad_rows` of them); non-array leaves are shared.
-      plan: the ShardPlan (devices, torch chunk sizes, padding).
-    For the mapped strategies the arrays are per-device views (`addressable_shards`) of the global
-    arrays the program takes, and 'pmap'/'sharded' inputs keep their size-1 replica axis at `dim`.
+      inputs_per_replica: replica i's (args, kwargs) as it computes on them (with uneven='pad' the
+        last replica's includes `plan.pad_rows` padding rows); non-array leaves are shared.
+      plan: the ShardPlan (devices, torch chunk sizes, how each replica runs).
+    For the replicas of a mapped program the arrays are per-device views (`addressable_shards`) of
+    the global arrays the program takes, and 'pmap'/'sharded' inputs keep their size-1 replica axis
+    at `dim`; a short last chunk run as its own call holds plain committed arrays of its own rows.
     """
 
     variables_per_replica: list[Any]
@@ -87,17 +115,30 @@ def per_device_views(tree: Any, devices: tuple[jax.Device, ...]) -> list[Any]:
     return [jax.tree.map(lambda leaf, device=device: shard_on(leaf, device), tree) for device in devices]
 
 
-def plan_shards(batch_size: int | None, devices: tuple[jax.Device, ...], strategy: str) -> ShardPlan:
+def plan_shards(batch_size: int | None, devices: tuple[jax.Device, ...], strategy: str,
+                uneven: str = "exact") -> ShardPlan:
     """The ShardPlan for `batch_size` rows on `devices` under `strategy` (no data is touched).
 
     With no input array to split (batch_size None), one replica runs on devices[0], as in torch.
     """
     record = lookup(strategy)
+    check_uneven(uneven, record.name)
     if batch_size is None:
-        return ShardPlan(strategy, None, (), None, tuple(devices[:1]))
+        return ShardPlan(strategy, None, (), None, tuple(devices[:1]), uneven)
     sizes = tuple(chunk_sizes(batch_size, len(devices)))
-    padded = len(sizes) * (sizes[0] if sizes else 0) if record.mapped else batch_size
-    return ShardPlan(strategy, batch_size, sizes, padded, tuple(devices[: len(sizes)]))
+    padded = len(sizes) * (sizes[0] if sizes else 0) if uneven == "pad" else batch_size
+    return ShardPlan(strategy, batch_size, sizes, padded, tuple(devices[: len(sizes)]), uneven)
+
+
+def check_uneven(uneven: str, strategy: str) -> None:
+    """Raise for an unknown `uneven` mode, or uneven='pad' with a strategy that never pads."""
+    if uneven not in UNEVEN_MODES:
+        raise ValueError(f"uneven={uneven!r} is unknown; pass 'exact' (the default: no padding row enters a "
+                         "computation) or 'pad' (a mapped strategy pads the last chunk, as a pmap port does)")
+    if uneven == "pad" and not lookup(strategy).mapped:
+        raise ValueError(f"uneven='pad' needs a strategy that maps one program over equal shards, but "
+                         f"strategy={strategy!r} runs every chunk as its own call; pass uneven='exact' or "
+                         "strategy='pmap', 'sharded' or 'shard_map'")
 
 
 def even_batch_sizes_near(batch_size: int, n_devices: int) -> tuple[int, int]:
