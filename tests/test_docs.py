@@ -11,6 +11,8 @@ DOCS = ROOT / "docs"
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 # A page that changes process-global state (virtual torch devices) runs in its own interpreter.
 OWN_PROCESS = "<!-- docs-test: own-process -->"
+# A page whose snippets use Hugging Face models is skipped when the hf extra is absent.
+NEEDS_TRANSFORMERS = "<!-- docs-test: needs transformers -->"
 PAGES = sorted(DOCS.glob("*.md")) + [ROOT / "README.md"]
 
 
@@ -21,6 +23,8 @@ def python_blocks(page: Path) -> list[str]:
 @pytest.mark.parametrize("page", [p for p in PAGES if python_blocks(p)], ids=lambda p: p.name)
 def test_every_python_block_of_the_page_runs(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # snippets that write files write them here
+    if NEEDS_TRANSFORMERS in page.read_text():
+        pytest.importorskip("transformers", reason=f"{page.name} needs the hf extra: pip install -e '.[hf]'")
     blocks = python_blocks(page)
     if OWN_PROCESS in page.read_text():
         script = "\n\n".join(blocks)

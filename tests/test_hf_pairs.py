@@ -50,6 +50,7 @@ def checks_of(report, subject):
     return [c for c in report.checks if c.subject == subject]
 
 
+@pytest.mark.slow  # docs/your_models.md runs the same GPT-2 pair in the default tier
 def test_gpt2_tied_head_conv1d_and_causal_mask_buffers_pass_as_they_are():
     torch_model, flax_model, inputs = gpt2()
     pair = hf.pair("gpt2-tiny", torch_model, flax_model, make_inputs=inputs)

@@ -1,0 +1,34 @@
+"""docs/your_models.md's recipe module, run by the CLI with --pair, as a user would (own process)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="needs the hf extra: pip install -e '.[hf]'")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def recipe_module() -> str:
+    """The page's first Python block: the module that defines PAIR."""
+    text = (ROOT / "docs" / "your_models.md").read_text()
+    block = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)[0]
+    assert "PAIR = models.register(hf.pair(" in block and len(block.splitlines()) <= 25
+    return block
+
+
+@pytest.mark.slow
+def test_the_documented_recipe_runs_from_the_cli_with_pair(tmp_path):
+    (tmp_path / "your_pair.py").write_text(recipe_module())
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    done = subprocess.run([sys.executable, "-m", "comparisons", "run", "--pair", "your_pair:PAIR", "--devices", "2",
+                           "--batch", "5", "--steps", "1", "--strategy", "explicit", "--format", "markdown"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "# dp-compare: gpt2-tiny" in done.stdout and "torch-only (declared" in done.stdout
