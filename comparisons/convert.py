@@ -82,9 +82,10 @@ def register_rule(kind: str, rule: Rule, *, torch_types: Sequence[type | str] = 
                         "Rule(torch_keys, torch_required, buffers, to_flax, to_torch)")
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"register_rule: kind={kind!r}; pass a non-empty name such as 'gpt2_conv1d'")
-    if kind in _BUILTIN_KINDS or (kind in RULES and not replace):
-        raise ValueError(f"register_rule: kind {kind!r} exists ({'built in' if kind in _BUILTIN_KINDS else 'registered'}); "
-                         "pick another name" + ("" if kind in _BUILTIN_KINDS else " or pass replace=True"))
+    if kind in _BUILTIN_KINDS:
+        raise ValueError(f"register_rule: kind {kind!r} is built in; pick another name")
+    if kind in RULES and not replace:
+        raise ValueError(f"register_rule: kind {kind!r} is registered; pick another name or pass replace=True")
     names = [t if isinstance(t, str) else type_name(t) for t in torch_types]
     taken = [n for n in names if n in TORCH_TYPES and TORCH_TYPES[n] != kind and not replace]
     if taken:

@@ -1,9 +1,10 @@
 """`ModelPair`: a torch model and a Flax model that compute the same function, and a registry."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
