@@ -1,7 +1,6 @@
-"""The CLI runs pairs from user code (--pair, --import, the dp_compare.pairs entry points), and Ctrl-C ends it cleanly."""
+"""The CLI runs pairs from user code (--pair, --import, the dp_compare.pairs entry points); Ctrl-C ends it cleanly."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
