@@ -9,7 +9,8 @@ replicated parameters, scatter and gather included (the bound the strategies can
 computation alone: what n emulated devices cost on this machine before any transfer).
 dp_jax's grad is eager (jax.grad around `apply`: its strategies place arrays on devices, which a
 surrounding jit refuses), so on the default device count a diagnostic row compares it with an
-eager grad of the jitted single-device forward too.
+eager grad of the jitted single-device forward too. On the default device count each strategy also
+runs batch B-1 (uneven: the short last chunk runs as its own call), beside its even-batch row.
 """
 from __future__ import annotations
 
@@ -164,8 +165,46 @@ def run(ctx: Context) -> Section:
                     section.add_failure(labels, error)
                     continue
                 measure_strategy(section, ctx, labels, thunks, baseline)
+    measure_uneven(section, ctx, devices[:ctx.n_devices])
     add_over_reference(section)
     return section
+
+
+def measure_uneven(section: Section, ctx: Context, devices: list) -> None:
+    """Each strategy on batch B-1 (an uneven batch: the last chunk one row short) against jax.jit on
+    the same B-1 rows, beside the even batch B's rows: what running the short chunk as its own call
+    costs. Row label: the strategy with the batch, e.g. 'pmap, batch 127'."""
+    if dp_jax_missing() or len(devices) < 2:
+        return
+    batch = ctx.batch_size - 1
+    for width in ctx.strategy_widths:
+        model, variables, x = flax_model_and_batch(width, batch, devices[0])
+        baseline = single_device(model, variables, x)
+        for strategy in strategy_names():
+            labels = {"model": f"mlp{width}", "devices": len(devices), "strategy": f"{strategy}, batch {batch}"}
+            thunks = dp_jax_thunks(model, variables, x, devices, strategy)
+            for mode, thunk in thunks.items():
+                try:
+                    ratio = measure_ratio(thunk, baseline[mode], ctx.settings)
+                except Exception as error:  # a strategy that fails is a finding, not a crash
+                    section.add_failure({**labels, "mode": mode}, error)
+                    continue
+                section.add_ratio({**labels, "mode": mode}, ratio, None)
+    add_over_even(section, batch)
+
+
+def add_over_even(section: Section, batch: int) -> None:
+    """Each uneven row's median divided by the even row's of the same strategy, model and mode."""
+    key = lambda labels, strategy: (labels["model"], labels["devices"], labels["mode"], strategy)  # noqa: E731
+    even = {key(row["labels"], row["labels"]["strategy"]): row["ratio"]["median"] for row in section.rows
+            if "ratio" in row and row["labels"]["strategy"] in strategy_names()}
+    suffix = f", batch {batch}"
+    for row in section.rows:
+        strategy = row["labels"]["strategy"]
+        if "ratio" in row and strategy.endswith(suffix):
+            match = even.get(key(row["labels"], strategy[: -len(suffix)]))
+            if match:
+                row["derived"] = {"÷ even batch": row["ratio"]["median"] / match}
 
 
 def add_over_reference(section: Section) -> None:

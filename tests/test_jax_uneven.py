@@ -281,3 +281,16 @@ def test_pad_mode_cannot_see_a_model_that_mixes_rows_and_changes_its_last_chunk(
     a = np.arange(33, dtype=np.float32).reshape(11, 3)
     out = pad_dp(lambda v, a: a - a.mean(0), strategy).apply({}, a)
     np.testing.assert_array_equal(np.asarray(out[-2:]), [[-2.0] * 3, [1.0] * 3])
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_pad_unchecked_runs_what_pad_refuses_and_changes_only_the_padded_chunk(strategy):
+    # BatchNorm in training mode on 11 rows (chunks 3, 3, 3, 2): a copy of row 10 enters the last chunk's
+    # statistics; replica 0's chunk is never padded, so the returned statistics are explicit's
+    model, variables, x = make("convbn", 11, seed=31)
+    out, stats = DataParallel(model, [0, 1, 2, 3], strategy=strategy, uneven="pad_unchecked").apply(
+        variables, x, True, mutable=["batch_stats"])
+    exact_out, exact_stats = DataParallel(model, [0, 1, 2, 3]).apply(variables, x, True, mutable=["batch_stats"])
+    assert_bitwise(out[:9], exact_out[:9], "unpadded chunks")
+    assert not np.allclose(np.asarray(out[9:]), np.asarray(exact_out[9:]), atol=1e-3)
+    assert_bitwise(stats, exact_stats, "replica 0's statistics")

@@ -18,7 +18,8 @@ from dp_jax._devices import device_label
 from dp_jax.scatter_gather import chunk_sizes
 from dp_jax.strategies.table import lookup
 
-UNEVEN_MODES = ("exact", "pad")
+UNEVEN_MODES = ("exact", "pad", "pad_unchecked")
+PADDING_MODES = ("pad", "pad_unchecked")  # pad_unchecked: pad and refuse nothing (to measure what padding changes)
 
 
 class ShardPlan(NamedTuple):
@@ -126,7 +127,7 @@ def plan_shards(batch_size: int | None, devices: tuple[jax.Device, ...], strateg
     if batch_size is None:
         return ShardPlan(strategy, None, (), None, tuple(devices[:1]), uneven)
     sizes = tuple(chunk_sizes(batch_size, len(devices)))
-    padded = len(sizes) * (sizes[0] if sizes else 0) if uneven == "pad" else batch_size
+    padded = len(sizes) * (sizes[0] if sizes else 0) if uneven in PADDING_MODES else batch_size
     return ShardPlan(strategy, batch_size, sizes, padded, tuple(devices[: len(sizes)]), uneven)
 
 
@@ -134,9 +135,10 @@ def check_uneven(uneven: str, strategy: str) -> None:
     """Raise for an unknown `uneven` mode, or uneven='pad' with a strategy that never pads."""
     if uneven not in UNEVEN_MODES:
         raise ValueError(f"uneven={uneven!r} is unknown; pass 'exact' (the default: no padding row enters a "
-                         "computation) or 'pad' (a mapped strategy pads the last chunk, as a pmap port does)")
-    if uneven == "pad" and not lookup(strategy).mapped:
-        raise ValueError(f"uneven='pad' needs a strategy that maps one program over equal shards, but "
+                         "computation), 'pad' (a mapped strategy pads the last chunk, as a pmap port does, and "
+                         "refuses what it can see that changes) or 'pad_unchecked' (pads and refuses nothing)")
+    if uneven in PADDING_MODES and not lookup(strategy).mapped:
+        raise ValueError(f"uneven={uneven!r} needs a strategy that maps one program over equal shards, but "
                          f"strategy={strategy!r} runs every chunk as its own call; pass uneven='exact' or "
                          "strategy='pmap', 'sharded' or 'shard_map'")
 

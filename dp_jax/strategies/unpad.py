@@ -34,8 +34,10 @@ def merge_replica_outputs(stacked: Any, plan: ShardPlan, output_device: jax.Devi
         name = "output" + jax.tree_util.keystr(path)
         per_replica = leaf.shape[1:]
         axis = dim % len(per_replica) if per_replica else 0
-        if plan.pad_rows and (not per_replica or per_replica[axis] != plan.shard_size):  # check_outputs_grow ran
-            raise AssertionError(f"{who}: {name} has shape {tuple(per_replica)} per replica under uneven='pad'")
+        if plan.pad_rows and (not per_replica or per_replica[axis] != plan.shard_size):
+            raise ValueError(  # uneven='pad' refuses this before running (check_outputs_grow); 'pad_unchecked' here
+                f"{who}: {name} has shape {tuple(per_replica)} per replica, not {plan.shard_size} rows along "
+                f"dim={dim}, so the padding rows cannot be dropped from it; use uneven='exact' (the default)")
         if tail_leaf is not None:
             _check_like_replica_0(tail_leaf, leaf, name, plan.tail_replica, dim, who)
         if not per_replica:
