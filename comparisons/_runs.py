@@ -45,6 +45,7 @@ class BackendRun:
     notes: list[str] = dataclasses.field(default_factory=list)
     padded_replica: int | None = None  # the replica whose input chunk a mapped strategy padded
     initial_batch_stats: Any = None  # the Flax batch_stats before training (JAX runs)
+    eager: Snapshot | None = None  # the eager path's run when `dp` came from dp_jax's compiled step
 
 
 @dataclasses.dataclass(frozen=True)

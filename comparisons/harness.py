@@ -124,6 +124,7 @@ def judge(pair: Any, runs: list[BackendRun], tol: float) -> list[Check]:
             checks.append(compare_trees(subject, f"torch DP vs {run.label} DP",
                                         *declared.cross(pair, subject, getattr(run.dp, subject),
                                                         getattr(torch_run.dp, subject)), tol))
+    checks += _compiled_vs_eager(runs, tol)
     for run in runs[1:]:
         checks.append(Check("chunks", f"torch vs {run.label}", run.chunk_sizes == torch_run.chunk_sizes,
                             detail=f"chunk sizes {run.chunk_sizes} vs torch {torch_run.chunk_sizes}"))
@@ -132,6 +133,13 @@ def judge(pair: Any, runs: list[BackendRun], tol: float) -> list[Check]:
     checks += [check_aliasing(run.placement, run.label) for run in runs
                if any(r.replica is not None and r.role == "param" for r in run.placement)]
     return checks + declared.checks(pair, runs, tol)
+
+
+def _compiled_vs_eager(runs: list[BackendRun], tol: float) -> list[Check]:
+    """dp_jax's compiled step (what trained) against its eager path (jax.grad around apply)."""
+    return [compare_trees(subject, f"{run.label} compiled step vs eager", getattr(run.dp, subject),
+                          getattr(run.eager, subject), tol)
+            for run in runs if run.eager is not None for subject in ("gradients", "params_after_steps")]
 
 
 def _parametrisation_note(runs: list[BackendRun]) -> list[str]:
