@@ -5,6 +5,8 @@ the uneven-batch difference. The longer matrix is marked slow.
 """
 import json
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -125,10 +127,23 @@ def test_cli_runs_the_issues_command():
     ("mlp", 3, 1, "adam", "float32"),
     ("transformer_block", 2, 2, "momentum", "float64"),
     ("embedding_lstm", 2, 2, "sgd", "float32"),
-    ("cnn_bn", 2, 4, "adam", "float64"),
+    ("cnn_bn", 2, 4, "momentum", "float64"),
 ])
 def test_matrix(pair, processes, devices, optimizer, dtype):
     report = compare_distributed(pair, processes=processes, devices=devices, steps=2, optimizer=optimizer,
                                  dtype=dtype, seed=SEED, timeout=300)
     assert report.ok, [c for c in report.failures]
     assert np.all([c.max_abs is not None for c in report.checks if c.subject != "placement"])
+
+
+@pytest.mark.slow
+def test_the_torch_worker_runs_under_torchrun():
+    from comparisons.distributed import WorkerConfig, free_port
+
+    config = WorkerConfig("mlp", 8, 2, seed=SEED).to_json()
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+                           "-m", "comparisons.distributed.torch_worker", config],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "torch rank 1: step 2/2" in done.stderr and "torch rank 0: step 2/2" in done.stderr

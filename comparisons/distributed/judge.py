@@ -119,7 +119,7 @@ def placement_check(side: str, placements: dict[str, PlacementMap], config: Work
     else:
         mesh = processes * config.devices
         expected_rows, wanted_holders = [config.batch_size // mesh] * mesh, set(range(mesh))
-        owner_ok = all(r.process == r.replica // config.devices for r in records)
+        owner_ok = all(r.replica is not None and r.process == r.replica // config.devices for r in records)
     rows = [r.shape[0] for r in sorted(records.filter(role="input"), key=lambda r: r.replica) if r.path == "args[0]"]
     passed = holders == wanted_holders and full and rows == expected_rows and owner_ok
     what = "rank" if side == "torch" else "device"

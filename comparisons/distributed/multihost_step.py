@@ -10,7 +10,6 @@ and statistics stay replicated on the mesh; the batch is sharded along it.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from comparisons._jax_run import make_optimizer
-from comparisons.placement import PlacementMap, placement_of
+from comparisons._placement_walk import device_label
+from comparisons.placement import PlacementMap, PlacementRecord
 
 AXIS = "d"
 
@@ -90,7 +90,10 @@ def _sharded_forward(flax_module: Any, mesh: Mesh, has_batch_stats: bool) -> Cal
         output, updated = flax_module.apply(variables, *x, train=True, mutable=["batch_stats"])
         return output, jax.tree.map(lambda a: a[None], updated)  # a leading replica axis
 
-    mapped = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(), P(AXIS)), out_specs=(P(AXIS), P(AXIS)))
+    # check_vma=False, as dp_jax's mapped strategies and jax.pmap: a model written for one device (an RNN's
+    # scan with an unvarying initial carry) need not type its values as varying across devices.
+    mapped = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(), P(AXIS)), out_specs=(P(AXIS), P(AXIS)),
+                           check_vma=False)
 
     def forward(params, state, x):
         output, stacked = mapped(params, state, x)
@@ -110,11 +113,31 @@ def local_rows(array: jax.Array) -> np.ndarray:
 
 
 def placement(mesh: Mesh, params: Any, state: dict, x: tuple, output: jax.Array, grads: Any) -> PlacementMap:
-    """Every addressable shard of this process: variables, batch, output and grads, with `process` set."""
-    devices = list(mesh.devices.flat)
-    grads_map = placement_of({"params": grads}, devices)
-    records = (placement_of({"params": params, **state}, devices)
-               + placement_of(list(x), devices, role="input", name="args")
-               + placement_of(output, devices, role="output", name="out")
-               + PlacementMap(tuple(dataclasses.replace(r, role="grad") for r in grads_map)))
-    return PlacementMap(tuple(dataclasses.replace(r, process=jax.process_index()) for r in records))
+    """A record per addressable shard of this process: variables, batch, output and grads.
+
+    Walks `addressable_shards` itself: `placement_of` reads a one-shard array as one global value,
+    which is what a process with one device holds of a global array, with the global shape.
+    """
+    devices = [str(d) for d in mesh.devices.flat]
+    trees = [("param", "params", params), *[("buffer", name, tree) for name, tree in state.items()],
+             ("input", "args", list(x)), ("output", "out", output), ("grad", "params", grads)]
+    records = [_record(role, _path(prefix, path), shard, devices)
+               for role, prefix, tree in trees
+               for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+               for shard in leaf.addressable_shards]
+    return PlacementMap(tuple(records))
+
+
+def _path(prefix: str, path: tuple) -> str:
+    """"params.fc.kernel", "batch_stats.bn1.mean", "args[0]", "out": the paths placement_of gives."""
+    if prefix == "args":
+        return prefix + jax.tree_util.keystr(path)
+    key = jax.tree_util.keystr(path, simple=True, separator=".")
+    return f"{prefix}.{key}" if key else prefix
+
+
+def _record(role: str, path: str, shard: Any, devices: list[str]) -> PlacementRecord:
+    index = devices.index(str(shard.device))
+    return PlacementRecord(replica=index, path=path, role=role, device=device_label(shard.device),
+                           logical_index=index, shape=tuple(shard.data.shape), dtype=str(shard.data.dtype),
+                           process=shard.device.process_index)
