@@ -21,7 +21,9 @@ import flax.linen as nn
 import jax
 
 from dp_jax._devices import resolve_device, resolve_devices
+from dp_jax import training
 from dp_jax.strategies import (
+    MAPPED_STRATEGIES,
     REPLICA_AXIS,
     ReplicaCache,
     ReplicaPlacement,
@@ -33,6 +35,7 @@ from dp_jax.strategies import (
     place_variables,
     plan_shards,
     run_strategy,
+    traced,
 )
 
 
@@ -82,17 +85,52 @@ class DataParallel:
 
         Each replica i gets rngs {name: jax.random.fold_in(key, i)}. Transfers the chunks, the
         variables (first call only, while cached) and the output; compiles once per input shapes.
+        Inside jax.jit (mapped strategies) it places with shardings on the mesh of device_ids instead,
+        and the output comes back replicated (P()) on every device (docs/training.md).
         """
         if rngs is not None and not isinstance(rngs, dict):
             raise TypeError(f"rngs must be a dict of PRNG keys, e.g. {{'dropout': jax.random.key(0)}}, "
                             f"not a {type(rngs).__name__}")
-        result = run_strategy(self.record, self._call(
-            _replica_fn(self.apply_fn, _hashable_filter(mutable)), variables, args, kwargs, rngs=rngs,
-            updates_collections=bool(mutable)))
-        self.last_plan = result.plan
-        return (result.output, result.collections) if mutable else result.output
+        call = self._call(_replica_fn(self.apply_fn, _hashable_filter(mutable)), variables, args, kwargs,
+                          rngs=rngs, updates_collections=bool(mutable))
+        if traced.is_traced(variables, args, kwargs, rngs):  # under jax.jit: no buffers to commit
+            output, collections = traced.run(self.record, call)
+        else:
+            result = run_strategy(self.record, call)
+            self.last_plan = result.plan
+            output, collections = result.output, result.collections
+        return (output, collections) if mutable else output
 
     __call__ = apply
+
+    def value_and_grad(self, loss_fn: Callable[..., Any], has_aux: bool = False) -> training.CompiledStep:
+        """A jitted `(variables, *batch) -> (loss, grads)` (`((loss, aux), grads)` with has_aux).
+
+        `loss_fn(variables, *batch)` calls this wrapper's `apply` (the loss on the gathered output, as
+        in torch); grads are of `variables`, replicated on every device like the loss. The step places
+        its arguments (variables replicated, every batch array in torch's chunks along dim); compiles
+        once per (shapes, devices). Mapped strategies only. See docs/training.md.
+        """
+        return training.value_and_grad(loss_fn, self._step_placement("value_and_grad"), has_aux)
+
+    def train_step(self, tx: Any, loss_fn: Callable[..., Any], *, has_aux: bool = False) -> training.CompiledStep:
+        """A jitted `(params, opt_state, collections, *batch) -> (params, opt_state, collections, loss)`.
+
+        One step of PyTorch's loop (loss on the gathered output, backward, optimizer.step()) for an optax
+        GradientTransformation `tx`: `loss_fn({"params": params, **collections}, *batch)` returns the
+        loss, or with has_aux (loss, updated collections) from `apply(..., mutable=[...])`. params,
+        opt_state and collections stay resident, replicated, and are donated: pass each step the ones
+        the last step returned. Compiles once per (shapes, devices). Mapped strategies only.
+        """
+        return training.train_step(tx, loss_fn, self._step_placement("train_step"), has_aux)
+
+    def _step_placement(self, method: str) -> training.Placement:
+        if not self.record.mapped:
+            raise ValueError(
+                f"DataParallel.{method} compiles one program over the mesh of device_ids, but strategy="
+                f"{self.strategy!r} runs each replica as its own call; use strategy="
+                f"{' or '.join(map(repr, MAPPED_STRATEGIES))} (explicit trains eagerly: jax.grad around apply)")
+        return training.placement_for(self.device_ids, self.axis_name or REPLICA_AXIS, self.dim)
 
     def place(self, variables: Any, batch_size: int | None = None) -> Any:
         """Send `variables` to the devices a batch of `batch_size` rows uses (default: all), ahead of apply.

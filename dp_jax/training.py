@@ -1,0 +1,189 @@
+"""The compiled data-parallel step: value-and-grad, and an optax update, as one jitted program.
+
+PyTorch's DataParallel trains with `loss = criterion(model(x), y); loss.backward(); opt.step()`:
+the loss is computed on the output gathered on output_device and the gradients are summed back
+onto the one set of parameters. Here `loss_fn(variables, *batch)` calls `DataParallel.apply`
+(which, inside the trace, places by shardings: see strategies' traced runner), and the step is
+`jax.jit` of `jax.value_and_grad(loss_fn)` (plus `tx.update` and `optax.apply_updates`) over the
+mesh of `device_ids`:
+
+- variables / params and optimizer state: resident, replicated (`P()`) on every device; the
+  train step donates them, so each step updates them in place;
+- batch: every array split along `dim` into torch's chunks, chunk i on device i (an even batch as
+  `P(axis)`; otherwise in slots of ceil(B/n) rows per device, the short chunk's empty slot zeros
+  that no computation reads);
+- loss and gradients: replicated (the gradient is the sum over replicas of each replica's
+  contribution, as torch's backward sums replica gradients onto the parameters).
+
+Arguments are placed by the step itself, once: committed arrays (e.g. on cpu:0) and numpy arrays
+are sent to the mesh before the jitted call (a leaf already there is not sent again). Compiles
+once per (shapes, dtypes, devices); a repeated step compiles nothing.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from dp_jax._batch import labelled_leaves, wrap_dim
+from dp_jax.scatter_gather import chunk_sizes
+from dp_jax.strategies.mesh import mesh_of, spec_at
+
+
+class Placement:
+    """Where a compiled step keeps things on the mesh of `devices`: replicated state, torch-chunked batch."""
+
+    def __init__(self, devices: tuple[jax.Device, ...], axis_name: str, dim: int):
+        self.devices, self.axis_name, self.dim = devices, axis_name, dim
+        self.mesh = mesh_of(devices, axis_name)
+        self.replicated = NamedSharding(self.mesh, P())
+        self._layouts: dict[Any, tuple[int, tuple[int, ...], list[NamedSharding]]] = {}
+
+    def state(self, tree: Any, fresh: bool = False) -> Any:
+        """`tree` replicated on every device; leaves already replicated there are kept as they are.
+
+        fresh: never share a buffer with the caller's arrays (a donating step would delete them).
+        JAX's device_put reuses the source buffer as the shard on its own device even with
+        may_alias=False, so a device array is sent through the host instead (once: the step's
+        outputs are already replicated and are passed on as they are).
+        """
+        def replicate(leaf: Any) -> Any:
+            if isinstance(leaf, jax.Array) and leaf.sharding == self.replicated:
+                return leaf
+            if fresh and isinstance(leaf, jax.Array):
+                leaf = np.asarray(leaf)
+            return jax.device_put(leaf, self.replicated)
+        return jax.tree.map(replicate, tree)
+
+    def batch(self, batch: tuple, who: str) -> tuple[tuple, int, tuple[int, ...]]:
+        """(placed batch, batch size, axis per leaf): torch's chunk i on device i, as `P(axis)` when the
+        batch splits into n equal chunks, else in n slots of ceil(B/n) rows (see `unslot`).
+
+        One batched transfer; the checks run once per (structure, shapes) and are cached.
+        """
+        leaves, treedef = jax.tree.flatten(batch)
+        key = (treedef, tuple((type(leaf), getattr(leaf, "shape", None)) for leaf in leaves))
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = self._layout_of(batch, who)
+        size, axes, shardings = layout
+        if size % len(self.devices) == 0:
+            return treedef.unflatten(jax.device_put(leaves, shardings)), size, axes
+        slotted = [self._slots(leaf, axis, size) for leaf, axis in zip(leaves, axes)]
+        return treedef.unflatten(jax.device_put(slotted, shardings)), size, axes
+
+    def _layout_of(self, batch: tuple, who: str) -> tuple[int, tuple[int, ...], list[NamedSharding]]:
+        """(batch size, axis per leaf, sharding per leaf), raising for a leaf that cannot be split."""
+        size, axes = None, []
+        for label, leaf in labelled_leaves({"batch": batch}):
+            if not isinstance(leaf, (jax.Array, np.ndarray)) or leaf.ndim == 0:
+                kind = "a 0-dim array" if getattr(leaf, "ndim", None) == 0 else type(leaf).__name__
+                raise TypeError(f"{who}: batch leaf {label} is {kind}; every batch leaf must be an array split "
+                                f"along dim={self.dim}: close over other values in loss_fn")
+            axis = wrap_dim(self.dim, leaf.shape, label, who)
+            if size is not None and leaf.shape[axis] != size:
+                raise ValueError(f"{who}: batch leaf {label} has {leaf.shape[axis]} rows along dim={self.dim} but "
+                                 f"the first has {size}; every batch leaf is split into the same chunks")
+            size = leaf.shape[axis]
+            axes.append(axis)
+        shardings = [NamedSharding(self.mesh, spec_at(axis, self.axis_name)) for axis in axes]
+        return size or 0, tuple(axes), shardings
+
+    def _slots(self, leaf: Any, axis: int, size: int) -> np.ndarray:
+        """n slots of c rows along `axis`, laid out on the host (no program to compile); zeros past the batch."""
+        n = len(self.devices)
+        c = chunk_sizes(size, n)[0]
+        host = np.asarray(leaf)
+        widths = [(0, 0)] * host.ndim
+        widths[axis] = (0, n * c - size)
+        return np.pad(host, widths).reshape(host.shape[:axis] + (n, c) + host.shape[axis + 1:])
+
+
+def unslot(batch: Any, size: int, axes: tuple[int, ...], n: int) -> Any:
+    """Inside the step: the batch as the user passed it (B rows along each leaf's axis)."""
+    if size % n == 0:
+        return batch
+    leaves, treedef = jax.tree.flatten(batch)
+    rows = []
+    for leaf, axis in zip(leaves, axes):
+        merged = leaf.reshape(leaf.shape[:axis] + (-1,) + leaf.shape[axis + 2:])
+        rows.append(jax.lax.slice_in_dim(merged, 0, size, axis=axis))
+    return treedef.unflatten(rows)
+
+
+class CompiledStep:
+    """A jitted data-parallel step that places its own arguments (see the module docstring).
+
+    `step(*state, *batch)`: the first `n_state` arguments are replicated on the mesh, the rest
+    are batch arrays split into torch's chunks. `.jitted` is the underlying `jax.jit` function;
+    `.compiles()` how many programs it has compiled.
+    """
+
+    def __init__(self, body: Callable[..., Any], n_state: int, placement: Placement, donate: tuple[int, ...],
+                 name: str):
+        self.placement, self.n_state, self.name, self.donate = placement, n_state, name, donate
+        self._body = body
+        self.jitted = jax.jit(self._unslotted, static_argnums=(0, 1), donate_argnums=tuple(d + 2 for d in donate),
+                              out_shardings=placement.replicated)
+
+    def _unslotted(self, size: int, axes: tuple[int, ...], *args: Any) -> Any:
+        state, batch = args[: self.n_state], args[self.n_state:]
+        return self._body(*state, *unslot(batch, size, axes, len(self.placement.devices)))
+
+    def __call__(self, *args: Any) -> Any:
+        who = self.name
+        if len(args) < self.n_state:
+            raise TypeError(f"{who} takes {self.n_state} state argument(s) before the batch, got {len(args)}")
+        state = self.placement.state(args[: self.n_state], fresh=bool(self.donate))
+        batch, size, axes = self.placement.batch(args[self.n_state:], who)
+        return self.jitted(size, axes, *state, *batch)
+
+    def compiles(self) -> int:
+        """Programs compiled so far (one per distinct shapes, dtypes and batch layout)."""
+        return self.jitted._cache_size()
+
+
+def value_and_grad(loss_fn: Callable[..., Any], placement: Placement, has_aux: bool = False) -> CompiledStep:
+    """Jitted `(variables, *batch) -> (loss, grads)` (or `((loss, aux), grads)`): grads of argument 0."""
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=has_aux)
+    return CompiledStep(grad_fn, 1, placement, donate=(), name="DataParallel.value_and_grad step")
+
+
+def train_step(tx: Any, loss_fn: Callable[..., Any], placement: Placement, has_aux: bool = False) -> CompiledStep:
+    """Jitted `(params, opt_state, collections, *batch) -> (params, opt_state, collections, loss)`.
+
+    loss_fn({"params": params, **collections}, *batch) returns the loss, or with has_aux
+    (loss, updated_collections), which replace theirs in the returned collections. params,
+    opt_state and collections are donated: pass each step the ones the last step returned.
+    """
+    import optax
+
+    _check_transformation(tx)
+
+    def body(params, opt_state, collections, *batch):
+        def loss_of(params):
+            return loss_fn({"params": params, **collections}, *batch)
+
+        value, grads = jax.value_and_grad(loss_of, has_aux=has_aux)(params)
+        loss, updated = value if has_aux else (value, {})
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, {**collections, **updated}, loss
+
+    return CompiledStep(body, 3, placement, donate=(0, 1, 2), name="DataParallel.train_step step")
+
+
+def _check_transformation(tx: Any) -> None:
+    if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+        raise TypeError(f"tx={tx!r} is not an optax GradientTransformation (it needs init and update), "
+                        "e.g. optax.sgd(0.1) or optax.adam(1e-3)")
+
+
+@functools.lru_cache(maxsize=64)
+def placement_for(devices: tuple[jax.Device, ...], axis_name: str, dim: int) -> Placement:
+    """One Placement per (devices, axis name, dim)."""
+    return Placement(devices, axis_name, dim)

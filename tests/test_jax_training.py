@@ -1,0 +1,294 @@
+"""DataParallel inside jax.jit, and the compiled data-parallel step (value_and_grad, train_step).
+
+References are written from torch's rules, not from dp_jax: split the batch into ceil(B/n)-row
+chunks, apply the model to each chunk on one device, concatenate, take the loss on the result;
+BatchNorm statistics are chunk 0's. Batches cover even, uneven, and fewer chunks than devices.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from _helpers_jax import counting_compiles, devices
+from _models_jax import make
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import dp_jax
+from dp_jax.strategies import MAPPED_STRATEGIES as MAPPED
+
+N = 4
+BATCHES = (8, 11, 5, 2)  # equal chunks; 3,3,3,2; 2,2,1 (3 replicas on 4 devices); 1,1
+
+
+def torch_chunks(batch: int, n: int) -> list[slice]:
+    size = -(-batch // n)
+    return [slice(start, min(start + size, batch)) for start in range(0, batch, size)]
+
+
+def chunked(apply, variables, x, n, **kwargs):
+    """(output, chunk 0's collections or None) on one device, chunk by chunk."""
+    outs, first = [], None
+    for i, rows in enumerate(torch_chunks(len(x), n)):
+        result = apply(variables, jnp.asarray(x[rows]), **kwargs)
+        out, collections = result if "mutable" in kwargs else (result, None)
+        outs.append(out)
+        first = collections if i == 0 else first
+    return jnp.concatenate(outs), first
+
+
+def row_mixing(variables, a):
+    """Mixes rows inside its chunk: a padding row would change every row's result."""
+    h = a @ variables["w"]
+    return h - h.mean(0)
+
+
+def mixing_variables(seed):
+    return {"w": jnp.asarray(np.random.default_rng(seed).normal(size=(3, 2)).astype(np.float32))}
+
+
+def close(actual, expected, atol=2e-6):
+    jax.tree.map(lambda a, e: np.testing.assert_allclose(np.asarray(a), np.asarray(e), atol=atol, rtol=2e-5),
+                 actual, expected)
+
+
+def replicated_on(tree, devs):
+    for leaf in jax.tree.leaves(tree):
+        assert isinstance(leaf.sharding, NamedSharding) and leaf.sharding.spec == P(), leaf.sharding
+        assert leaf.sharding.device_set == set(devs)
+
+
+# --- 1. apply inside jax.jit ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", MAPPED)
+@pytest.mark.parametrize("batch", BATCHES)
+def test_apply_under_jit_equals_torch_chunks_for_a_row_mixing_model(strategy, batch):
+    variables, x = mixing_variables(batch), np.random.default_rng(batch).normal(size=(batch, 3)).astype(np.float32)
+    dp = dp_jax.DataParallel(row_mixing, devices(N), strategy=strategy)
+    out = jax.jit(dp.apply)(variables, x)
+    expected, _ = chunked(row_mixing, variables, x, N)
+    close(out, expected)
+    replicated_on(out, devices(N))  # gathered: a full copy on every device, output_device included
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_jit_of_grad_through_apply_equals_the_single_device_gradient(strategy):
+    model, variables, x = make("convbn", 11, seed=3)
+    y = np.random.default_rng(4).normal(size=(11, 3)).astype(np.float32)
+    dp = dp_jax.DataParallel(model, devices(N), strategy=strategy)
+
+    def loss(v, x, y):
+        out, updates = dp.apply(v, x, train=True, mutable=["batch_stats"])
+        return jnp.mean((out - y) ** 2), updates
+
+    (value, updates), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(variables, x, y)
+
+    def reference(v):
+        out, stats = chunked(model.apply, v, x, N, train=True, mutable=["batch_stats"])
+        return jnp.mean((out - y) ** 2), stats
+
+    (ref_value, ref_stats), ref_grads = jax.value_and_grad(reference, has_aux=True)(variables)
+    close(value, ref_value)
+    close(grads, ref_grads, atol=1e-5)
+    close(updates, ref_stats)  # chunk 0's statistics, as torch's replica 0 keeps
+
+
+def test_dropout_under_jit_draws_replica_i_from_fold_in_key_i():
+    model, variables, x = make("mlp", 7, seed=5)
+    key = jax.random.key(9)
+    dp = dp_jax.DataParallel(model, devices(N), strategy="shard_map")
+    out = jax.jit(lambda v, x, k: dp.apply(v, x, train=True, rngs={"dropout": k}))(variables, x, key)
+    expected = [model.apply(variables, jnp.asarray(x[rows]), train=True, rngs={"dropout": jax.random.fold_in(key, i)})
+                for i, rows in enumerate(torch_chunks(7, N))]
+    close(out, jnp.concatenate(expected))
+
+
+def test_sync_collections_under_jit_is_the_mean_over_the_replicas_that_ran():
+    model, variables, x = make("convbn", 5, seed=6)  # chunks 2, 2, 1: three replicas on four devices
+    dp = dp_jax.DataParallel(model, devices(N), strategy="pmap", sync_collections=True)
+    _, stats = jax.jit(lambda v, x: dp.apply(v, x, train=True, mutable=["batch_stats"]))(variables, x)
+    per_chunk = [model.apply(variables, jnp.asarray(x[rows]), train=True, mutable=["batch_stats"])[1]
+                 for rows in torch_chunks(5, N)]
+    close(stats, jax.tree.map(lambda *leaves: jnp.mean(jnp.stack(leaves), 0), *per_chunk))
+
+
+def test_explicit_under_jit_refuses_and_names_the_mapped_strategies():
+    dp = dp_jax.DataParallel(row_mixing, devices(N), strategy="explicit")
+    with pytest.raises(ValueError, match="explicit") as raised:
+        jax.jit(dp.apply)(mixing_variables(0), np.ones((4, 3), np.float32))
+    assert all(repr(name) in str(raised.value) for name in MAPPED)
+    # eager jax.grad keeps working with 'explicit'
+    grads = jax.grad(lambda v: dp.apply(v, np.ones((4, 3), np.float32)).sum())(mixing_variables(0))
+    assert np.isfinite(np.asarray(grads["w"])).all()
+
+
+def test_committed_arguments_in_a_plain_jit_meet_jax_s_own_error_and_the_compiled_step_accepts_them():
+    variables = jax.device_put(mixing_variables(1), devices(N)[0])
+    x = jax.device_put(np.ones((8, 3), np.float32), devices(N)[0])
+    dp = dp_jax.DataParallel(row_mixing, devices(N), strategy="sharded")
+    with pytest.raises(ValueError, match="Received incompatible devices"):
+        jax.jit(lambda v, x: dp.apply(v, x).sum())(variables, x)
+    loss, grads = dp.value_and_grad(lambda v, x: dp.apply(v, x).sum())(variables, x)
+    close(grads, jax.grad(lambda v: chunked(row_mixing, v, np.ones((8, 3), np.float32), N)[0].sum())(variables))
+    assert variables["w"].devices() == {devices(N)[0]}  # the caller's arrays are left where they were
+
+
+# --- 2. the compiled step -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", MAPPED)
+@pytest.mark.parametrize("batch", BATCHES)
+def test_value_and_grad_equals_single_device_and_eager_gradients(strategy, batch):
+    model, variables, x = make("convbn", batch, seed=batch)
+    y = np.random.default_rng(batch + 1).normal(size=(batch, 3)).astype(np.float32)
+    dp = dp_jax.DataParallel(model, devices(N), strategy=strategy)
+    eager = dp_jax.DataParallel(model, devices(N), strategy="explicit")
+
+    def loss_with(wrapper):
+        def loss(v, x, y):
+            out, updates = wrapper.apply(v, x, train=True, mutable=["batch_stats"])
+            return jnp.mean((out - y) ** 2), updates
+        return loss
+
+    (value, stats), grads = dp.value_and_grad(loss_with(dp), has_aux=True)(variables, x, y)
+    (_, eager_stats), eager_grads = jax.value_and_grad(loss_with(eager), has_aux=True)(variables, x, y)
+    single = jax.grad(lambda v: jnp.mean((chunked(model.apply, v, x, N, train=True, mutable=["batch_stats"])[0]
+                                          - y) ** 2))(variables)
+    close(grads, single, atol=1e-5)
+    close(grads, eager_grads, atol=1e-5)
+    close(stats, eager_stats)
+    replicated_on((value, grads), devices(N))
+
+
+def test_the_batch_is_placed_in_torch_chunks_one_per_device():
+    dp = dp_jax.DataParallel(row_mixing, devices(N), strategy="shard_map")
+    step = dp.value_and_grad(lambda v, x: dp.apply(v, x).sum())
+    x = np.arange(33, dtype=np.float32).reshape(11, 3)
+    placed, size, _ = step.placement.batch((x,), "test")
+    shards = sorted(placed[0].addressable_shards, key=lambda s: devices(N).index(s.device))
+    # device i holds torch's chunk i; the short chunk's device has an unread zero slot after its rows
+    for i, rows in enumerate(torch_chunks(11, N)):
+        data = np.asarray(shards[i].data).reshape(-1, 3)
+        np.testing.assert_array_equal(data[: rows.stop - rows.start], x[rows])
+    assert size == 11 and not np.asarray(shards[3].data).reshape(-1, 3)[2:].any()
+
+
+def dp_torch_loop(optimizer, steps, batch, seed):
+    """PyTorch's DataParallel loop (loss on the gathered output, backward, optimizer.step()) with dp_torch."""
+    import torch
+
+    import dp_torch
+
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    x = torch.from_numpy(np.random.default_rng(seed).normal(size=(batch, 5)).astype(np.float32))
+    y = torch.from_numpy(np.random.default_rng(seed + 1).normal(size=(batch, 3)).astype(np.float32))
+    init = {name: p.detach().numpy().copy() for name, p in net.named_parameters()}
+    wrapper = dp_torch.DataParallel(net, ["cpu"] * N)
+    opt = {"sgd": lambda p: torch.optim.SGD(p, lr=0.05), "momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+           "adam": lambda p: torch.optim.Adam(p, lr=0.01)}[optimizer](net.parameters())
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(wrapper(x), y).backward()
+        opt.step()
+    return init, x.numpy(), y.numpy(), {name: p.detach().numpy() for name, p in net.named_parameters()}
+
+
+def torch_mlp_as_jax(init):
+    params = {"l0": {"w": init["0.weight"].T, "b": init["0.bias"]}, "l2": {"w": init["2.weight"].T, "b": init["2.bias"]}}
+
+    def apply(variables, x):
+        p = variables["params"]
+        return jnp.tanh(x @ p["l0"]["w"] + p["l0"]["b"]) @ p["l2"]["w"] + p["l2"]["b"]
+    return apply, jax.tree.map(jnp.asarray, params)
+
+
+@pytest.mark.parametrize("optimizer,tx", [("sgd", optax.sgd(0.05)), ("momentum", optax.sgd(0.05, momentum=0.9)),
+                                          ("adam", optax.adam(0.01))])
+def test_k_train_steps_equal_pytorch_s_data_parallel_loop(optimizer, tx):
+    init, x, y, torch_after = dp_torch_loop(optimizer, steps=3, batch=11, seed=7)
+    apply, params = torch_mlp_as_jax(init)
+    dp = dp_jax.DataParallel(apply, devices(N), strategy="shard_map")
+    step = dp.train_step(tx, lambda v, x, y: jnp.mean((dp.apply(v, x) - y) ** 2))
+    opt_state, collections = tx.init(params), {}
+    for _ in range(3):
+        params, opt_state, collections, loss = step(params, opt_state, collections, x, y)
+    replicated_on((params, opt_state), devices(N))
+    close(params["l0"]["w"], torch_after["0.weight"].T, atol=2e-5)
+    close(params["l2"]["b"], torch_after["2.bias"], atol=2e-5)
+
+
+def test_train_step_keeps_batchnorm_statistics_of_chunk_0_and_leaves_the_caller_s_arrays_alive():
+    model, variables, x = make("convbn", 10, seed=11)  # chunks 3, 3, 3, 1
+    y = np.random.default_rng(12).normal(size=(10, 3)).astype(np.float32)
+    tx = optax.sgd(0.1)
+    dp = dp_jax.DataParallel(model, devices(N), strategy="pmap")
+
+    def loss(v, x, y):
+        out, updates = dp.apply(v, x, train=True, mutable=["batch_stats"])
+        return jnp.mean((out - y) ** 2), updates
+
+    step = dp.train_step(tx, loss, has_aux=True)
+    params, stats = variables["params"], {"batch_stats": variables["batch_stats"]}
+    new_params, _, new_stats, _ = step(params, tx.init(params), stats, x, y)
+    _, expected = model.apply(variables, jnp.asarray(x[:3]), train=True, mutable=["batch_stats"])
+    close(new_stats, expected)
+    grads = jax.grad(lambda p: jnp.mean((chunked(model.apply, {"params": p, **stats}, x, N, train=True,
+                                                 mutable=["batch_stats"])[0] - y) ** 2))(params)
+    close(new_params, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), atol=1e-5)
+    assert np.isfinite(np.asarray(jax.tree.leaves(variables["params"])[0])).all()  # not donated away
+
+
+def test_a_repeated_step_compiles_nothing_and_a_new_shape_compiles_once():
+    model, variables, x = make("mlp", 8, seed=13)
+    tx = optax.adam(0.01)
+    dp = dp_jax.DataParallel(model, devices(N), strategy="sharded")
+    step = dp.train_step(tx, lambda v, x: jnp.mean(dp.apply(v, x) ** 2))
+    state = [variables["params"], tx.init(variables["params"]), {}]
+    *state, _ = step(*state, x)
+    assert step.compiles() == 1
+    with counting_compiles() as counter:
+        *state, loss = step(*state, x)
+        jax.block_until_ready(loss)
+    assert counter.count == 0
+    with counting_compiles() as counter:
+        *state, loss = step(*state, x[:6])
+        jax.block_until_ready(loss)
+    assert step.compiles() == 2 and counter.count == 1
+
+
+def test_errors_name_the_argument_and_the_fix():
+    explicit = dp_jax.DataParallel(row_mixing, devices(N), strategy="explicit")
+    with pytest.raises(ValueError, match="'shard_map'"):
+        explicit.value_and_grad(lambda v, x: explicit.apply(v, x).sum())
+    dp = dp_jax.DataParallel(row_mixing, devices(N), strategy="shard_map")
+    with pytest.raises(TypeError, match="GradientTransformation"):
+        dp.train_step(optax.sgd, lambda v, x: 0.0)
+    step = dp.value_and_grad(lambda v, x, flag: dp.apply(v, x).sum())
+    with pytest.raises(TypeError, match=r"batch leaf batch\[1\] is bool"):
+        step(mixing_variables(0), np.ones((4, 3), np.float32), True)
+
+
+def _gpus() -> list:
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpus(), reason="needs a JAX GPU backend")
+@pytest.mark.parametrize("batch", [8, 5])
+def test_train_step_on_the_gpus_equals_one_device_sgd(batch):
+    gpus = _gpus()
+    model, variables, x = make("mlp", batch, seed=21)
+    y = np.random.default_rng(22).normal(size=(batch, 4)).astype(np.float32)
+    tx = optax.sgd(0.1)
+    dp = dp_jax.DataParallel(model, gpus, strategy="shard_map")
+    step = dp.train_step(tx, lambda v, x, y: jnp.mean((dp.apply(v, x) - y) ** 2))
+    params, _, _, _ = step(variables["params"], tx.init(variables["params"]), {}, x, y)
+    grads = jax.grad(lambda p: jnp.mean((chunked(model.apply, {"params": p}, x, len(gpus))[0] - y) ** 2))(
+        jax.device_put(variables["params"], gpus[0]))
+    close(params, jax.tree.map(lambda p, g: p - 0.1 * g, variables["params"], grads), atol=1e-5)
+    assert {d.platform for d in jax.tree.leaves(params)[0].sharding.device_set} == {"gpu"}
