@@ -111,7 +111,21 @@ def _chunked_forward(module, inputs, n, dim):
     for chunk in chunks[1:]:
         state = params | {name: b.clone() for name, b in pristine.items()}
         outputs.append(torch.func.functional_call(module, state, chunk))
-    return _pytree.tree_map(lambda *leaves: torch.cat(leaves, dim), outputs[0], *outputs[1:])
+    return _concat(outputs, dim)
+
+
+def _concat(outputs: list, dim: int):
+    """The chunks' outputs joined as torch's gather joins them: tensors along `dim` (scalars stacked),
+    dicts and sequences rebuilt by type, any other iterable (a transformers cache) as type(out)(items)."""
+    out = outputs[0]
+    if isinstance(out, torch.Tensor):
+        return torch.stack(outputs) if out.dim() == 0 else torch.cat(outputs, dim)
+    if out is None:
+        return None
+    if isinstance(out, dict):
+        return type(out)((key, _concat([o[key] for o in outputs], dim)) for key in out)
+    joined = [_concat(list(same), dim) for same in zip(*outputs)]
+    return type(out)._make(joined) if _pytree.is_namedtuple_instance(out) else type(out)(joined)
 
 
 def _device_of(module) -> torch.device:

@@ -1,7 +1,8 @@
 """Model outputs as plain trees: {name: numpy array | subtree}, one shape for torch and for Flax.
 
-A torch `ModelOutput` is a dict, a Flax one a dataclass; a tuple is a sequence either way. Both
-become nested dicts keyed by field, mapping key or position ('0'), with None fields dropped, so
+A torch `ModelOutput` is a dict, a Flax one a dataclass; a tuple is a sequence either way, and
+any other iterable (a cache object) is read by position. All become nested dicts keyed by field,
+mapping key or position ('0'), with None fields dropped, so
 outputs compare leaf by leaf by path (`_numerics.flatten` names them 'logits', 'hidden.0').
 """
 from __future__ import annotations
@@ -32,7 +33,12 @@ def _children(value: Any) -> list[tuple[Any, Any]] | None:
         return list(enumerate(value))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
-    return _registered(value)
+    registered = _registered(value)
+    if registered is not None or hasattr(value, "shape") or isinstance(value, (str, bytes)):
+        return registered
+    if hasattr(value, "__iter__"):  # e.g. transformers' DynamicCache: (keys, values) per layer
+        return list(enumerate(value))
+    return None
 
 
 def _registered(value: Any) -> list[tuple[Any, Any]] | None:
