@@ -17,6 +17,7 @@ from benchmarks.results import Section
 MODULES = {
     "jax_strategies": "benchmarks.jax_strategies",
     "torch_stock": "benchmarks.torch_stock",
+    "train_step": "benchmarks.train_step",
     "breakdown": "benchmarks.breakdown",
     "replication": "benchmarks.replication",
     "harness": "benchmarks.harness_cost",
