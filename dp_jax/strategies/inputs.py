@@ -6,6 +6,7 @@ it must be hashable.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -82,11 +83,25 @@ def split_replica_axis(x: Any, axis: int, replicas: int) -> Any:
     return x.reshape(shape[:axis] + (replicas, shape[axis] // replicas) + shape[axis + 1 :])
 
 
-def rows_of(x: Any, axis: int, start: int, stop: int) -> Any:
-    """Rows start..stop-1 of `x` along `axis` (a view for numpy; one slicing dispatch for a jax array)."""
-    if start == 0 and stop == x.shape[axis]:
-        return x
-    return x[(slice(None),) * axis + (slice(start, stop),)]
+def cut_for(split: SplitArgs, plan: ShardPlan) -> tuple[SplitArgs, SplitArgs | None]:
+    """(the program's rows, the short last chunk's rows) of every array; (split, None) without an own call.
+
+    numpy arrays are cut as views; jax arrays by one small jitted program per shape (one dispatch).
+    """
+    if plan.tail_replica is None:
+        return split, None
+    rows = plan.mapped_replicas * plan.shard_size
+    is_jax = [isinstance(x, jax.Array) for x in split.arrays]
+    cut_jax = iter(_cut([x for x, j in zip(split.arrays, is_jax) if j],
+                        tuple(a for a, j in zip(split.axes, is_jax) if j), rows))
+    pieces = [next(cut_jax) if j else np.split(x, [rows], axis=axis)
+              for x, axis, j in zip(split.arrays, split.axes, is_jax)]
+    return split._replace(arrays=[head for head, _ in pieces]), split._replace(arrays=[tail for _, tail in pieces])
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _cut(arrays: list[Any], axes: tuple[int, ...], rows: int) -> list[tuple[Any, Any]]:
+    return [tuple(jnp.split(x, [rows], axis=axis)) for x, axis in zip(arrays, axes)]
 
 
 def place_arrays(split: SplitArgs, plan: ShardPlan, mesh: Any, name: str, stacked: bool) -> list[Any]:
@@ -97,16 +112,14 @@ def place_arrays(split: SplitArgs, plan: ShardPlan, mesh: Any, name: str, stacke
     """
     replicas, rows = plan.mapped_replicas, plan.mapped_replicas * plan.shard_size
     placed = []
-    for x, axis in zip(split.arrays, split.axes):
-        x = pad_to(rows_of(x, axis, 0, min(rows, x.shape[axis])), axis, rows)
+    for x, axis in zip(split.arrays, split.axes):  # (the program's rows only: see cut_for)
+        x = pad_to(x, axis, rows)
         if stacked:
             x = split_replica_axis(x, axis, replicas)
         placed.append(jax.device_put(x, NamedSharding(mesh, spec_at(axis, name))))
     return placed
 
 
-def place_tail(split: SplitArgs, plan: ShardPlan) -> list[Any]:
-    """The short last chunk's arrays, committed to its device (as scatter places a chunk)."""
-    start = plan.mapped_replicas * plan.shard_size
-    device = plan.devices[plan.tail_replica]
-    return [jax.device_put(rows_of(x, axis, start, x.shape[axis]), device) for x, axis in zip(split.arrays, split.axes)]
+def place_tail(tail: SplitArgs, plan: ShardPlan) -> list[Any]:
+    """The short last chunk's arrays (from cut_for), committed to its device, as scatter places a chunk."""
+    return jax.device_put(tail.arrays, plan.devices[plan.tail_replica])

@@ -23,7 +23,7 @@ from dp_jax.parallel_apply import parallel_apply
 from dp_jax.strategies.cache import ReplicaCache
 from dp_jax.strategies.call import ReplicaFn, StrategyCall, StrategyResult, reduce_collections, replica_keys
 from dp_jax.strategies.explicit import with_rngs_first
-from dp_jax.strategies.inputs import SplitArgs, place_arrays, place_tail, split_args
+from dp_jax.strategies.inputs import SplitArgs, cut_for, place_arrays, place_tail, split_args
 from dp_jax.strategies.mesh import mesh_of
 from dp_jax.strategies.padding import check_outputs_grow, check_padding_allowed, check_ragged_collectives
 from dp_jax.strategies.plan import ReplicaPlacement, ShardPlan, per_device_views, plan_shards
@@ -57,12 +57,13 @@ def run(record: Strategy, call: StrategyCall) -> StrategyResult:
     who = f"data_parallel(strategy={record.name!r})"
     split, plan = _plan(record, call, who)
     _refuse(call, split, plan, who)
-    placed, arrays = _place(record, call, split, plan)
+    head, tail = cut_for(split, plan)
+    placed, arrays = _place(record, call, head, plan)
     keys = replica_keys(call.rngs, len(plan.devices))
     stacked_out, stacked_collections = _run_program(record, call, split, plan, placed.program, arrays, keys)
     tail_out = tail_collections = None
-    if plan.tail_replica is not None:
-        tail_out, tail_collections = _run_own_call(call, split, plan, placed.own_call, keys)
+    if tail is not None:
+        tail_out, tail_collections = _run_own_call(call, tail, plan, placed.own_call, keys)
     output = merge_replica_outputs(stacked_out, plan, call.output_device, call.dim, who, tail_out)
     if call.sync_collections and tail_collections is not None:
         stacked_collections = _append_replica(stacked_collections, tail_collections, plan.devices[0])
@@ -73,13 +74,14 @@ def run(record: Strategy, call: StrategyCall) -> StrategyResult:
 def place(record: Strategy, call: StrategyCall) -> ReplicaPlacement:
     """Per-device views of the very arrays `run` passes its program, then the short chunk's own arrays."""
     split, plan = _plan(record, call, f"placed(strategy={record.name!r})")
-    placed, arrays = _place(record, call, split, plan)
+    head, tail = cut_for(split, plan)
+    placed, arrays = _place(record, call, head, plan)
     program_devices = plan.devices[: plan.mapped_replicas]
     variables = per_device_views(placed.program, program_devices)
     inputs = [split.rebuild(views) for views in per_device_views(arrays, program_devices)]
-    if plan.tail_replica is not None:
+    if tail is not None:
         variables.append(placed.own_call)
-        inputs.append(split.rebuild(place_tail(split, plan)))
+        inputs.append(split.rebuild(place_tail(tail, plan)))
     return ReplicaPlacement(variables, inputs, plan)
 
 
@@ -118,12 +120,12 @@ def _run_program(record: Strategy, call: StrategyCall, split: SplitArgs, plan: S
     return program(variables, arrays, keys)
 
 
-def _run_own_call(call: StrategyCall, split: SplitArgs, plan: ShardPlan, variables: Any,
+def _run_own_call(call: StrategyCall, tail: SplitArgs, plan: ShardPlan, variables: Any,
                   keys: dict | None) -> tuple[Any, Any]:
     """The short last chunk through explicit's per-replica jitted call, on its device: (output, collections)."""
     i, device = plan.tail_replica, plan.devices[plan.tail_replica]
     key = None if keys is None else jax.device_put(jax.tree.map(lambda k: k[i], keys), device)
-    args, kwargs = split.rebuild(place_tail(split, plan))
+    args, kwargs = tail.rebuild(place_tail(tail, plan))
     (result,) = parallel_apply(with_rngs_first(call.replica_fn), [variables], [(key, *args)], [kwargs], [device])
     return result
 
