@@ -8,7 +8,8 @@ conversion rules transformers' layers need (GPT-2's Conv1D, ViT's bare cls_token
 position_embeddings), translates `train` into Flax's `deterministic`, fills the attention mask and
 positions Flax's GPT-2 module takes as arguments, and declares what exists on one side only.
 Needs the `hf` extra (`pip install -e '.[hf]'`, transformers < 5: version 5 dropped the Flax models).
-Importing this module imports neither torch, JAX nor transformers.
+Importing this module imports JAX (not torch nor transformers) to give it compare()'s CPU devices
+before transformers' Flax models start it (see `_reserve_cpu_devices`).
 """
 from __future__ import annotations
 
@@ -72,6 +73,21 @@ def register_rules() -> None:
 
 
 register_rules()
+
+
+def _reserve_cpu_devices(count: int = 8) -> None:
+    """Give JAX compare()'s default CPU device count now, unless chosen already or JAX has started.
+
+    Building a transformers Flax model (even with `_do_init=False`) starts JAX, after which its
+    CPU device count is fixed at one and compare(devices=2) cannot run; compare() would set this
+    count itself had JAX not started. Costs the import of JAX.
+    """
+    from comparisons._backend_devices import set_jax_cpu_devices
+
+    set_jax_cpu_devices(count)
+
+
+_reserve_cpu_devices()
 
 
 def flax_apply(flax_model: Any) -> FlaxApply:
