@@ -60,6 +60,7 @@ class DataParallel:
         tail shape). 'pad' (mapped strategies): pad the last chunk as a pmap port does, refusing
         collections, rngs, collectives and outputs that do not grow with the chunk; a model that
         mixes rows (BatchNorm, attention over the batch) still changes silently (docs/uneven_batches.md).
+        'pad_unchecked': pad and refuse nothing, to measure what padding changes (the harness does).
     The variables placed on the devices are cached (last two, by leaf identity), so a second call
     with the same variables sends nothing; `.cache.clear()` frees them.
     """
