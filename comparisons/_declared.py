@@ -91,11 +91,19 @@ def _biased_var_check(torch_run: Any, run: Any, tol: float) -> Check:
     counts, inconsistent = {}, []
     for key in keys:
         v0 = initial[key].astype(np.float64)
-        ratio = (torch_var[key] - (1 - m) * v0) / (jax_var[key] - (1 - m) * v0)
-        n = ratio / (ratio - 1)
+        flax_term, torch_term = jax_var[key] - (1 - m) * v0, torch_var[key] - (1 - m) * v0
+        measurable = np.abs(flax_term) > 1e-6 * np.maximum(np.abs(v0), 1.0)  # a constant channel has no batch term
+        if not measurable.any():
+            continue
+        ratio = torch_term[measurable] / flax_term[measurable]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            n = ratio / (ratio - 1)
         counts[key] = float(np.median(n))
-        if not np.allclose(n, counts[key], rtol=1e-2):
+        if not (np.all(np.isfinite(n)) and np.allclose(n, counts[key], rtol=1e-2)):
             inconsistent.append(key)
+    if not counts:
+        return Check("known_difference", label, False, raw, None, tol,
+                     "no channel has a batch-variance term to measure the difference on")
     low, high = min(counts.values()), max(counts.values())
     detail = (f"known difference, not data parallelism: Flax keeps the biased variance; max |torch - Flax| = "
               f"{raw:.3g}; implied n/(n-1) with n = {low:.0f}..{high:.0f} rows x positions per layer "

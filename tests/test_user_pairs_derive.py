@@ -38,6 +38,7 @@ class FlaxNet(nn.Module):
     spare: bool = False
     use_spare: bool = False
     biased_bn: bool = False
+    flax_momentum: float = 0.9
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -45,7 +46,7 @@ class FlaxNet(nn.Module):
 
         h = nn.Dense(8, name="fc1")(x)
         if self.biased_bn:  # flax's own BatchNorm: running var from the biased batch variance
-            h = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, name="bn")(h)
+            h = nn.BatchNorm(use_running_average=not train, momentum=self.flax_momentum, epsilon=1e-5, name="bn")(h)
         else:
             h = TorchBatchNorm(name="bn")(h, train)
         out = nn.Dense(3, name="fc2")(jnp.tanh(h))
@@ -55,9 +56,9 @@ class FlaxNet(nn.Module):
         return out
 
 
-def make_pair(spare=False, use_spare=False, biased_bn=False, **kwargs):
+def make_pair(spare=False, use_spare=False, biased_bn=False, flax_momentum=0.9, **kwargs):
     torch.manual_seed(1)
-    return pair_from_modules("user_net", TorchNet(spare), FlaxNet(spare, use_spare, biased_bn),
+    return pair_from_modules("user_net", TorchNet(spare), FlaxNet(spare, use_spare, biased_bn, flax_momentum),
                              make_inputs=features, loss_torch=cross_entropy_torch, loss_jax=cross_entropy_jax,
                              **kwargs)
 
@@ -108,6 +109,12 @@ def test_flax_batchnorm_biased_variance_is_measured_as_a_known_difference_not_hi
     assert known[0].max_abs == pytest.approx(stats[0].max_abs)
     assert "n = 3..3" in known[0].detail  # chunk 0 has 3 rows, one position each
     assert declared.ok, declared.render("markdown")
+
+
+def test_the_known_difference_check_fails_when_another_difference_hides_behind_it():
+    wrong_momentum = make_pair(biased_bn=True, flax_momentum=0.8, known_differences=("flax_batchnorm_biased_var",))
+    known = [c for c in compare(wrong_momentum, seed=3, **SMALL).checks if c.subject == "known_difference"]
+    assert [c.passed for c in known] == [False] and "another difference" in known[0].detail
 
 
 def test_given_variables_are_used_as_they_are_and_checked_bitwise():
