@@ -18,6 +18,7 @@ import optax
 
 import dp_jax
 from comparisons import _arguments as check
+from comparisons._jax_compiled import has_compiled_step, train_compiled
 from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig, Snapshot
 from comparisons._trees import output_tree
 from comparisons.placement import PlacementMap, placement_of
@@ -38,7 +39,13 @@ def run_jax(pair: Any, flax_module: Any, variables: dict, inputs: tuple[np.ndarr
     sizes = tuple(dp_jax.chunk_sizes(config.batch_size, len(devices)))
     reference = _reference_step(pair.loss_jax, flax_module, sizes, config.dim, _hashable(mutable), pair.name)
     dp_step = _value_and_grad(pair.loss_jax, dp_apply, pair.name)
-    dp, out_and_grads = _train(dp_step, variables, x, targets, config, progress)
+    eager = None
+    if has_compiled_step(strategy):  # the compiled step trains; the eager path is checked against it
+        eager, out_and_grads = _train(dp_step, variables, x, targets, config, lambda: None)
+        dp = train_compiled(pair, flax_module, variables, x, targets, tuple(devices), strategy, config,
+                            _hashable(mutable), progress)
+    else:
+        dp, out_and_grads = _train(dp_step, variables, x, targets, config, progress)
     single, _ = _train(reference, variables, x, targets, config, progress)
     label = f"jax:{strategy}"
     placement = _placement(wrapper, variables, x, out_and_grads, devices)
@@ -47,7 +54,7 @@ def run_jax(pair: Any, flax_module: Any, variables: dict, inputs: tuple[np.ndarr
     count = sum(leaf.size for leaf in jax.tree.leaves(variables["params"]))
     padded = len(plan.chunk_sizes) - 1 if plan.pad_rows else None
     return BackendRun(label, dp, single, placement, list(plan.chunk_sizes), count, notes, padded,
-                      jax.device_get(variables.get("batch_stats")))
+                      jax.device_get(variables.get("batch_stats")), eager=eager)
 
 
 def _split(result, mutable):
