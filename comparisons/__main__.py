@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,12 +23,31 @@ from comparisons.render import FORMATS
 DEMO = {"pair": "cnn_bn", "batch_size": 10, "devices": 4, "steps": 2}
 
 
+_partial: list[str] = []  # the temporary file a report is being written to, while it is
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    catch = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) not in (
+        signal.SIG_IGN, None)
+    previous = signal.signal(signal.SIGINT, _interrupted) if catch else None
     try:
         return _main(argv)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # only where the handler could not be installed
         print("interrupted (Ctrl-C): no report written", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted(signum: int, frame) -> None:
+    """Ctrl-C: one line and exit 130 at once. A KeyboardInterrupt would be swallowed where it lands in a
+    garbage-collection callback (JAX has one) or abort inside native code; exiting now cannot be."""
+    for path in _partial:
+        Path(path).unlink(missing_ok=True)
+    sys.stderr.write("interrupted (Ctrl-C): no report written\n")
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -208,6 +229,7 @@ def _write(path: str, text: str) -> None:
     """Write `text` whole or not at all: a temporary file beside `path`, renamed over it."""
     target = Path(path)
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    _partial.append(temporary)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             file.write(text)
@@ -216,6 +238,8 @@ def _write(path: str, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    finally:
+        _partial.remove(temporary)
     print(f"wrote {path}", file=sys.stderr)
 
 

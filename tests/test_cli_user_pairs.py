@@ -84,11 +84,12 @@ def test_a_bad_pair_spec_names_the_flag_value_and_fix(user_folder, monkeypatch, 
     assert message in str(raised.value)
 
 
-def test_ctrl_c_during_a_comparison_exits_130_with_one_line_and_no_file(user_folder, tmp_path):
+@pytest.mark.parametrize("pair", ["SLOW", "BUSY"])  # sleeping; collecting JAX garbage
+def test_ctrl_c_during_a_comparison_exits_130_with_one_line_and_no_file(user_folder, tmp_path, pair):
     marker, out = tmp_path / "started", tmp_path / "report.json"
     environment = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     environment.update(PYTHONPATH=f"{user_folder}{os.pathsep}{ROOT}", TINY_PAIRS_MARKER=str(marker))
-    process = subprocess.Popen([sys.executable, "-m", "comparisons", "run", "--pair", "tiny_pairs:SLOW",
+    process = subprocess.Popen([sys.executable, "-m", "comparisons", "run", "--pair", f"tiny_pairs:{pair}",
                                 "--devices", "2", "--batch", "4", "--format", "json", "--out", str(out)],
                                cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -63,4 +63,22 @@ def _slow_torch():
     return make_torch()
 
 
+def _busy_torch():
+    """Signals that the comparison has started, then runs JAX's garbage-collection callback over and over for
+    long enough to be interrupted: a KeyboardInterrupt raised inside that callback is swallowed (most times)."""
+    import gc
+
+    import jax.numpy as jnp
+
+    jnp.ones(1)
+    with open(os.environ["TINY_PAIRS_MARKER"], "w") as marker:
+        marker.write("building")
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        for _ in range(1000):
+            gc.collect(0)
+    return make_torch()
+
+
 SLOW = dataclasses.replace(TINY, name="tiny_slow", make_torch=_slow_torch)
+BUSY = dataclasses.replace(TINY, name="tiny_busy", make_torch=_busy_torch)
