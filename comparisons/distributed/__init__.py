@@ -7,7 +7,7 @@ Modules: `launcher` (P local ranks on 127.0.0.1, timeouts, no process left behin
 (a rank's environment, port and result file; LaunchError), both standard library only; `config`
 (the settings the workers share); `torch_worker` (a pair's torch model under stock
 DistributedDataParallel, gloo); `jax_worker` + `multihost_step` (jax.distributed, one global mesh,
-a jitted step); `compare`, `checks` and `judge` (the report: DDP and multi-process JAX beside
+dp_jax's compiled step); `compare`, `checks` and `judge` (the report: DDP and multi-process JAX beside
 one-process dp_torch and dp_jax, and the differences DDP has by design, measured); `cli`.
 Importing this package imports neither torch nor JAX.
 """

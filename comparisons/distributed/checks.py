@@ -129,8 +129,7 @@ def _notes(config, processes, sides, torch_rows, results, seconds) -> list[str]:
         worst = max(r["seconds"] for r in results["jax"])
         notes.append(f"jax: {processes} process(es) x {config.devices} CPU device(s) (jax.distributed, gloo "
                      f"collectives), one mesh of {processes * config.devices}; slowest process {worst:.1f} s")
-        notes.append("jax step: a plain jax.jit with NamedShardings and shard_map over the global mesh "
-                     "(comparisons.distributed.multihost_step), standing in for dp_jax's compiled step "
-                     "(DataParallel.train_step), which does not exist yet")
+        notes.append("jax step: dp_jax's compiled step (DataParallel(strategy='sharded').value_and_grad and "
+                     "train_step) over every process's devices; the batch built from each process's rows")
     notes.append(f"wall time {seconds:.1f} s: the multi-process runs and the one-process references together")
     return notes

@@ -24,8 +24,8 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None):
     from comparisons.distributed.ranks import LaunchError
 
     if args.strategy:
-        raise ComparisonError("run --processes: --strategy does not apply; the multi-process JAX side has its own "
-                              "jitted step over the global mesh (drop --strategy)")
+        raise ComparisonError("run --processes: --strategy does not apply; the multi-process JAX side trains "
+                              "through dp_jax's compiled step with strategy 'sharded' (drop --strategy)")
     if args.torch_devices != "auto":
         raise ComparisonError("run --processes: --torch-devices does not apply; each DDP rank uses one CPU "
                               "(drop --torch-devices)")

@@ -4,10 +4,10 @@
 
 Reads the launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: process 0 hosts
 the coordinator there). Every process builds the same weights and global batch from the seed and
-puts its own rows on its own devices with `jax.make_array_from_process_local_data`; the step is
-compiled once over the global mesh (`multihost_step.train_step`) and computes what
-`dp_jax.DataParallel` does on P x D devices: each device its torch chunk (BatchNorm per chunk),
-the loss on the gathered output, replica 0's statistics. Hands back the first step's loss, output
+puts its own rows on its own devices with `jax.make_array_from_process_local_data`; dp_jax's
+compiled steps (`multihost_step.compiled_steps`) run over every process's devices, as
+`dp_jax.DataParallel` on P x D devices: each device its torch chunk (BatchNorm per chunk), the
+loss on the gathered output, replica 0's statistics. Hands back the first step's loss, output
 rows and gradients, the statistics, the parameters after K steps and every addressable shard's
 placement.
 """
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
 
 
 def train(config: Any, rank: int) -> dict[str, Any]:
-    """K compiled steps over the global mesh; the numbers and placement this process can see."""
+    """K steps of dp_jax's compiled step over the global mesh; the numbers and placement this process sees."""
     import jax
     import numpy as np
 
@@ -68,20 +68,22 @@ def train(config: Any, rank: int) -> dict[str, Any]:
     pair = models.get(config.pair)
     _, flax_module, variables = pair.build(seed=config.seed, dtype=np.dtype(config.dtype))
     inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
-    mesh = step.global_mesh()
+    n_in = len(inputs)
+    grad_step, train_step, tx = step.compiled_steps(pair, flax_module, config.optimizer, n_in)
+    mesh = grad_step.placement.mesh  # dp_jax's mesh over jax.devices(): the batch goes straight in
     rows = step.process_rows(config.batch_size, mesh)
-    x = tuple(step.global_batch(mesh, a[rows]) for a in pair.to_flax_inputs(inputs))
-    y = step.global_batch(mesh, targets[rows])
+    batch = [step.global_batch(mesh, a[rows]) for a in (*pair.to_flax_inputs(inputs), targets)]
     params, state = step.replicated(mesh, variables)
-    train_step, init = step.train_step(pair, flax_module, mesh, config.optimizer)
-    opt_state = init(params)
+    opt_state = tx.init(params)
     result: dict[str, Any] = {"rank": rank, "rows": (rows.start, rows.stop)}
     for k in range(config.steps):
-        params, opt_state, state, loss, grads, output = train_step(params, opt_state, state, x, y)
-        if k == 0:
-            result.update(loss=step.local(loss), grads=step.local(grads), output=step.local_rows(output),
-                          stats_first=step.local(state.get("batch_stats", {})),
-                          placement=step.placement(mesh, params, state, x, output, grads).to_rows())
+        if k == 0:  # the first step's output and gradients, from dp_jax's value_and_grad step
+            (loss, (output, updated)), grads = grad_step({"params": params, **state}, *batch)
+            result.update(loss=step.local(loss), grads=step.local(grads["params"]),
+                          output=step.local(output)[rows], stats_first=step.local(updated.get("batch_stats", {})),
+                          placement=step.placement(mesh, params, state, tuple(batch[:n_in]), output,
+                                                   grads["params"]).to_rows())
+        params, opt_state, state, loss = train_step(params, opt_state, state, *batch)
         print(f"jax process {rank}: step {k + 1}/{config.steps} loss {float(step.local(loss)):.6f}",
               file=sys.stderr)
     result.update(params=step.local(params), stats_last=step.local(state.get("batch_stats", {})),

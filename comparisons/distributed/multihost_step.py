@@ -1,34 +1,25 @@
-"""The multi-process JAX training step: plain `jax.jit` with NamedShardings over one global mesh.
+"""Multi-process JAX through dp_jax's compiled step: one global mesh, each process's own rows.
 
-Stand-in for dp_jax's compiled step (`DataParallel.train_step(tx)`, issue 11), which does not
-exist yet; when it lands, `train_step` below is the one function to swap for it. Until then this
-step computes DataParallel's function itself, with `jax.shard_map`: each device applies the module
-to its own chunk of the batch (so BatchNorm normalises per chunk, as torch's replicas do), the loss
-is taken on the gathered (sharded) output, `jax.value_and_grad` sums the replicas' gradients, and
-replica 0's BatchNorm statistics are kept and replicated to every device. Params, optimizer state
-and statistics stay replicated on the mesh; the batch is sharded along it.
+`dp_jax.DataParallel(module, jax.devices(), strategy="sharded")` over every process's devices:
+`value_and_grad` gives the first step's loss, output and gradients, `train_step(tx)` the optax
+updates. Each device computes its torch chunk (BatchNorm per chunk, as torch's replicas do), the
+loss is on the gathered output, replica 0's statistics are kept. Params, optimizer state and
+statistics stay replicated; the batch is a global array sharded along dp_jax's mesh, built from
+each process's rows with `jax.make_array_from_process_local_data`, so dp_jax's step finds it
+placed already (it would otherwise send it from the host, which needs the whole batch everywhere).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
-import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from comparisons._jax_run import make_optimizer
 from comparisons._placement_walk import device_label
 from comparisons.placement import PlacementMap, PlacementRecord
-
-AXIS = "d"
-
-
-def global_mesh() -> Mesh:
-    """A 1-D mesh over every process's devices (jax.devices(): process 0's first)."""
-    return Mesh(np.array(jax.devices()), (AXIS,))
 
 
 def process_rows(batch_size: int, mesh: Mesh) -> slice:
@@ -46,7 +37,7 @@ def process_rows(batch_size: int, mesh: Mesh) -> slice:
 
 def global_batch(mesh: Mesh, local_rows: np.ndarray) -> jax.Array:
     """One global array sharded along the mesh, from this process's rows (no copy to other processes)."""
-    return jax.make_array_from_process_local_data(NamedSharding(mesh, P(AXIS)), local_rows)
+    return jax.make_array_from_process_local_data(NamedSharding(mesh, P(mesh.axis_names[0])), local_rows)
 
 
 def replicated(mesh: Mesh, variables: dict) -> tuple[Any, dict]:
@@ -56,60 +47,41 @@ def replicated(mesh: Mesh, variables: dict) -> tuple[Any, dict]:
     return placed["params"], {k: v for k, v in placed.items() if k != "params"}
 
 
-def train_step(pair: Any, flax_module: Any, mesh: Mesh, optimizer: str) -> tuple[Callable, Callable]:
-    """(step, init): step(params, opt_state, state, x, y) -> (params, opt_state, state, loss, grads, output).
+def compiled_steps(pair: Any, flax_module: Any, optimizer: str, n_inputs: int) -> tuple[Any, Any, Any]:
+    """(grad_step, train_step, tx) from dp_jax's compiled step over every process's devices.
 
-    Compiles once per input shapes (on the first call); every output but `output` is replicated.
+    grad_step(variables, *x, y) -> ((loss, (output, collections)), grads) for the first step's numbers;
+    train_step(params, opt_state, collections, *x, y) -> (params, opt_state, collections, loss).
+    Both are `dp_jax.DataParallel(..., strategy="sharded")` steps on `jax.devices()` (all processes):
+    torch's chunks per device, the loss on the gathered output, replica 0's statistics.
     """
+    import dp_jax
+
+    wrapper = dp_jax.DataParallel(flax_module, jax.devices(), strategy="sharded")
+    mutable = ["batch_stats"] if pair.has_batch_stats else False
+
+    def forward(variables, *batch):
+        inputs, y = batch[:n_inputs], batch[n_inputs]
+        result = wrapper.apply(variables, *inputs, train=True, mutable=mutable)
+        output, updated = result if mutable else (result, {})
+        return pair.loss_jax(output, y), output, updated
+
+    def with_output(variables, *batch):
+        loss, output, updated = forward(variables, *batch)
+        return loss, (output, updated)
+
+    def with_collections(variables, *batch):
+        loss, _, updated = forward(variables, *batch)
+        return loss, updated
+
     tx = make_optimizer(optimizer)
-    forward = _sharded_forward(flax_module, mesh, pair.has_batch_stats)
-
-    def loss_fn(params, state, x, y):
-        output, updated = forward(params, state, x)
-        return pair.loss_jax(output, y), (output, updated)
-
-    everywhere, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P(AXIS))
-
-    @jax.jit
-    def step(params, opt_state, state, x, y):
-        (loss, (output, updated)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, x, y)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        out = (params, opt_state, {**state, **updated}, loss, grads)
-        return (*jax.lax.with_sharding_constraint(out, everywhere),
-                jax.lax.with_sharding_constraint(output, rows))
-    return step, tx.init
-
-
-def _sharded_forward(flax_module: Any, mesh: Mesh, has_batch_stats: bool) -> Callable:
-    """(params, state, x) -> (output sharded by rows, replica 0's updated collections)."""
-    def per_device(params, state, x):
-        variables = {"params": params, **state}
-        if not has_batch_stats:
-            return flax_module.apply(variables, *x, train=True), {}
-        output, updated = flax_module.apply(variables, *x, train=True, mutable=["batch_stats"])
-        return output, jax.tree.map(lambda a: a[None], updated)  # a leading replica axis
-
-    # check_vma=False, as dp_jax's mapped strategies and jax.pmap: a model written for one device (an RNN's
-    # scan with an unvarying initial carry) need not type its values as varying across devices.
-    mapped = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(), P(AXIS)), out_specs=(P(AXIS), P(AXIS)),
-                           check_vma=False)
-
-    def forward(params, state, x):
-        output, stacked = mapped(params, state, x)
-        return output, jax.tree.map(lambda a: a[0], stacked)  # replica 0's, as torch keeps
-    return forward
+    return (wrapper.value_and_grad(with_output, has_aux=True),
+            wrapper.train_step(tx, with_collections, has_aux=True), tx)
 
 
 def local(tree: Any) -> Any:
     """Host copies of replicated arrays, read from this process's first device (no communication)."""
     return jax.tree.map(lambda a: np.asarray(a.addressable_data(0)).copy(), tree)
-
-
-def local_rows(array: jax.Array) -> np.ndarray:
-    """This process's rows of a row-sharded global array, in order."""
-    shards = sorted(array.addressable_shards, key=lambda s: s.index[0].start or 0)
-    return np.concatenate([np.asarray(s.data) for s in shards])
 
 
 def placement(mesh: Mesh, params: Any, state: dict, x: tuple, output: jax.Array, grads: Any) -> PlacementMap:
