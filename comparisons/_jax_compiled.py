@@ -45,7 +45,8 @@ def train_compiled(pair: Any, flax_module: Any, variables: dict, x: tuple, targe
         params, opt_state, collections, _ = train_step(params, opt_state, collections, x, targets)
         progress()
     host = jax.device_get
-    return Snapshot(output_tree(host(output)), host(grads["params"]), host(updated.get("batch_stats", {})), host(params))
+    stats = updated.get("batch_stats", {})
+    return Snapshot(output_tree(host(output)), host(grads["params"]), host(stats), host(params))
 
 
 @functools.lru_cache(maxsize=32)

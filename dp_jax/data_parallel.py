@@ -20,8 +20,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from dp_jax._devices import resolve_device, resolve_devices
 from dp_jax import training
+from dp_jax._devices import resolve_device, resolve_devices
 from dp_jax.strategies import (
     MAPPED_STRATEGIES,
     REPLICA_AXIS,

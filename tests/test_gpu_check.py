@@ -17,7 +17,8 @@ FILES = {"summary.txt", "pytest.log", "pytest.xml", "device_lists.json", "device
          "results.json", "performance.md"}
 
 
-def run_script(out: Path, *, python: str = sys.executable, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+def run_script(out: Path, *, python: str = sys.executable,
+               extra_env: dict | None = None) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
     env.update({"PYTHON": python, **(extra_env or {})})
     return subprocess.run(["bash", str(SCRIPT), "--dry-run", str(out)], cwd=ROOT, env=env, capture_output=True,

@@ -186,7 +186,8 @@ def dp_torch_loop(optimizer, steps, batch, seed):
     y = torch.from_numpy(np.random.default_rng(seed + 1).normal(size=(batch, 3)).astype(np.float32))
     init = {name: p.detach().numpy().copy() for name, p in net.named_parameters()}
     wrapper = dp_torch.DataParallel(net, ["cpu"] * N)
-    opt = {"sgd": lambda p: torch.optim.SGD(p, lr=0.05), "momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+    opt = {"sgd": lambda p: torch.optim.SGD(p, lr=0.05),
+           "momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
            "adam": lambda p: torch.optim.Adam(p, lr=0.01)}[optimizer](net.parameters())
     for _ in range(steps):
         opt.zero_grad()
@@ -196,7 +197,8 @@ def dp_torch_loop(optimizer, steps, batch, seed):
 
 
 def torch_mlp_as_jax(init):
-    params = {"l0": {"w": init["0.weight"].T, "b": init["0.bias"]}, "l2": {"w": init["2.weight"].T, "b": init["2.bias"]}}
+    params = {"l0": {"w": init["0.weight"].T, "b": init["0.bias"]},
+              "l2": {"w": init["2.weight"].T, "b": init["2.bias"]}}
 
     def apply(variables, x):
         p = variables["params"]
