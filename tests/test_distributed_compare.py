@@ -4,13 +4,21 @@ One cnn_bn run (about 30-45 s on a busy 2-core machine) feeds most tests; a torc
 the uneven-batch difference. The longer matrix is marked slow.
 """
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
-from _helpers_distributed import no_rank_left_behind  # noqa: F401
+from _helpers_distributed import (
+    ROOT,
+    no_rank_left_behind,  # noqa: F401
+    ranks_started_by,
+    wait_until_dead,
+)
 from _helpers_harness import run_cli
 
 from comparisons import ComparisonError
@@ -111,6 +119,25 @@ def test_cli_refuses_a_batch_the_mesh_cannot_split_and_explains_the_flag():
     done = run_cli("run", "--processes", "2", "--devices", "2", "--model", "cnn_bn", "--batch", "10", timeout=120)
     assert done.returncode == 2 and "multiple of 4" in done.stderr
     assert "--processes P" in run_cli("run", "--help", timeout=120).stdout
+
+
+def test_ctrl_c_to_the_cli_ends_every_rank():
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    cli = subprocess.Popen([sys.executable, "-m", "comparisons", "run", "--processes", "2", "--devices", "2",
+                            "--model", "mlp", "--steps", "2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and len(ranks_started_by(cli.pid)) < 4:  # 2 torch + 2 JAX ranks
+            time.sleep(0.1)
+        ranks = ranks_started_by(cli.pid)
+        assert len(ranks) == 4
+        cli.send_signal(signal.SIGINT)
+        _, stderr = cli.communicate(timeout=60)
+    finally:
+        cli.kill()
+    assert cli.returncode == 130 and "interrupted" in stderr
+    assert wait_until_dead(ranks) == []
 
 
 @pytest.mark.slow
