@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -116,3 +117,20 @@ def test_a_launch_starts_once():
         with pytest.raises(RuntimeError, match="has started already"):
             run.start()
         assert len(run.wait()) == 1
+
+
+def test_a_dead_launchers_result_folder_is_removed_by_the_next_launch(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / f"dp_compare_run_{_dead_pid()}_torch_abc"
+    alive_folder = tmp_path / f"dp_compare_run_{os.getpid()}_jax_def"
+    for folder in (dead, alive_folder):
+        folder.mkdir()
+        (folder / "rank0.err").write_text("old")
+    launch([*WORKERS, "env"], 1, side="torch", timeout=60)
+    assert not dead.exists() and alive_folder.exists()
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid

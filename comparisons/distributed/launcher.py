@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from comparisons.distributed.ranks import (
 _POLL_S = 0.05
 _GRACE_S = 1.0
 _TAIL_LINES = 15
+_FOLDER_PREFIX = "dp_compare_run_"  # + launcher pid + side: a dead launcher's folder can be found and removed
 # Lines that say nothing about a failure: gloo's connection notices, absl stack frame addresses.
 _NOISE = ("[Gloo] Rank", "    @ ")
 
@@ -77,7 +79,8 @@ class Launch:
             self.port = free_port()
         else:
             check_port_free(self.port, side=self.side)
-        self._folder = tempfile.TemporaryDirectory(prefix=f"dp_compare_{self.side}_")
+        _remove_orphaned_folders()
+        self._folder = tempfile.TemporaryDirectory(prefix=f"{_FOLDER_PREFIX}{os.getpid()}_{self.side}_")
         self._started = time.monotonic()
         try:
             for rank in range(self.processes):
@@ -188,6 +191,24 @@ def launch(command: Sequence[str], processes: int, *, side: str, timeout: float 
     """
     with Launch(command, processes, side=side, timeout=timeout, port=port, env=env) as run:
         return run.wait()
+
+
+def _remove_orphaned_folders() -> None:
+    """Delete the result folders of launchers that died without cleaning up (killed, or os._exit)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_FOLDER_PREFIX}*_*_*"):
+        pid = folder.name.removeprefix(_FOLDER_PREFIX).split("_", 1)[0]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
