@@ -19,9 +19,6 @@ QUICK = {"scatter.md", "gather.md"}
 NOT_YET = {
     "strategies.md": "sets no JAX device count (rewritten for issue 10 at the time this test was written)",
     "uneven_batches.md": "sets no JAX device count (rewritten for issue 10 at the time this test was written)",
-    "porting.md": "DataParallel.train_step, which the page shows, was not committed yet",
-    "training.md": "DataParallel.train_step, which the page shows, was not committed yet",
-    "your_models.md": "uses JAX before compare(), with no device count set",
 }
 
 
