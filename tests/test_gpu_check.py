@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 FILES = {"summary.txt", "pytest.log", "pytest.xml", "device_lists.json", "device_lists.log", "benchmarks.log",
-         "results.json", "performance.md"}
+         "results.json", "performance.md", "benchmarks_rest.log", "results_rest.json"}
 
 
 def run_script(out: Path, *, python: str = sys.executable,
@@ -38,7 +38,7 @@ def test_dry_run_passes_and_writes_every_file_to_one_folder(dry_run):
     assert FILES <= {p.name for p in out.iterdir()}
     summary = (out / "summary.txt").read_text()
     steps = [line.split()[0] for line in summary.splitlines() if " rc=" in line]
-    assert steps == ["pytest-gpu", "device-lists", "benchmarks"]
+    assert steps == ["pytest-gpu", "device-lists", "benchmarks", "benchmarks-rest"]
     assert all(" ok " in line for line in summary.splitlines() if " rc=" in line), summary
     assert "dry run: 1" in summary and "no GPU" in summary
 
@@ -69,4 +69,4 @@ def test_a_failing_step_fails_the_check_and_says_which(tmp_path):
     done = run_script(tmp_path / "out", python=str(fake))
     assert done.returncode == 1
     summary = (tmp_path / "out" / "summary.txt").read_text()
-    assert summary.count("FAILED") == 3 and "rc=3" in summary
+    assert summary.count("FAILED") == 4 and "rc=3" in summary
