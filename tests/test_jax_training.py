@@ -294,3 +294,21 @@ def test_train_step_on_the_gpus_equals_one_device_sgd(batch):
         jax.device_put(variables["params"], gpus[0]))
     close(params, jax.tree.map(lambda p, g: p - 0.1 * g, variables["params"], grads), atol=1e-5)
     assert {d.platform for d in jax.tree.leaves(params)[0].sharding.device_set} == {"gpu"}
+
+
+def test_collectives_under_jit_span_every_replica_on_an_even_batch_and_refuse_a_ragged_one():
+    model, variables, x = make("convbn", 8, seed=23, axis_name="replicas_bn")
+    dp = dp_jax.DataParallel(model, devices(N), strategy="shard_map", axis_name="replicas_bn")
+    run = jax.jit(lambda v, x: dp.apply(v, x, train=True, mutable=["batch_stats"]))
+    _, stats = run(variables, x)
+    # true SyncBatchNorm: the statistics of the whole batch, as one device computes them
+    _, whole = make("convbn", 8, seed=23)[0].apply(variables, jnp.asarray(x), train=True, mutable=["batch_stats"])
+    close(stats, whole, atol=1e-5)
+    with pytest.raises(ValueError, match=r"axis_name='replicas_bn'.*chunks \(3, 3, 3, 2\)"):
+        run(variables, make("convbn", 11, seed=23)[2])
+
+
+def test_padding_mode_is_eager_only_and_says_so_under_jit():
+    dp = dp_jax.DataParallel(row_mixing, devices(N), strategy="pmap", uneven="pad")
+    with pytest.raises(ValueError, match="uneven='exact'"):
+        jax.jit(dp.apply)(mixing_variables(2), np.ones((5, 3), np.float32))
