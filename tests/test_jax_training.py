@@ -250,10 +250,12 @@ def test_a_repeated_step_compiles_nothing_and_a_new_shape_compiles_once():
     state = [variables["params"], tx.init(variables["params"]), {}]
     *state, _ = step(*state, x)
     assert step.compiles() == 1
+    previous = jax.tree.leaves(state[:2])
     with counting_compiles() as counter:
         *state, loss = step(*state, x)
         jax.block_until_ready(loss)
     assert counter.count == 0
+    assert all(leaf.is_deleted() for leaf in previous)  # donated: updated in place, not copied
     with counting_compiles() as counter:
         *state, loss = step(*state, x[:6])
         jax.block_until_ready(loss)
