@@ -29,7 +29,7 @@ def has_compiled_step(strategy: str) -> bool:
 def train_compiled(pair: Any, flax_module: Any, variables: dict, x: tuple, targets: Any, devices: tuple,
                    strategy: str, config: RunConfig, mutable: Any, progress: Callable[[], None]) -> Snapshot:
     """First step's (output, grads, stats) and the params after config.steps compiled train steps."""
-    from comparisons._jax_run import make_optimizer
+    from comparisons._jax_optimizer import make_optimizer
 
     try:
         grad_step, train_step = _steps(flax_module, devices, strategy, config.dim, mutable, pair.loss_jax,
@@ -53,7 +53,7 @@ def train_compiled(pair: Any, flax_module: Any, variables: dict, x: tuple, targe
 def _steps(flax_module: Any, devices: tuple, strategy: str, dim: int, mutable: Any, loss_jax: Callable,
            pair_name: str, optimizer: str) -> tuple[Any, Any]:
     import dp_jax
-    from comparisons._jax_run import make_optimizer
+    from comparisons._jax_optimizer import make_optimizer
 
     wrapper = dp_jax.DataParallel(flax_module, list(devices), dim=dim, strategy=strategy)
     mutable_list = list(mutable) if isinstance(mutable, tuple) else mutable

@@ -19,7 +19,8 @@ import optax
 import dp_jax
 from comparisons import _arguments as check
 from comparisons._jax_compiled import has_compiled_step, train_compiled
-from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig, Snapshot
+from comparisons._jax_optimizer import make_optimizer
+from comparisons._runs import BackendRun, RunConfig, Snapshot
 from comparisons._trees import output_tree
 from comparisons.placement import PlacementMap, placement_of
 
@@ -135,14 +136,6 @@ def _optimizer_step(name: str):
         updates, state = optimizer.update(grads, state, params)
         return optax.apply_updates(params, updates), state
     return optimizer.init, step
-
-
-def make_optimizer(name: str) -> optax.GradientTransformation:
-    """optax's sgd / sgd with momentum / adam with the hyper-parameters in OPTIMIZERS."""
-    settings = OPTIMIZERS[name]
-    if name == "adam":
-        return optax.adam(settings["lr"])
-    return optax.sgd(settings["lr"], momentum=settings.get("momentum"))
 
 
 def _placement(wrapper, variables, x, out_and_grads, devices) -> PlacementMap:

@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from comparisons._jax_run import make_optimizer
+from comparisons._jax_optimizer import make_optimizer
 from comparisons._placement_walk import device_label
 from comparisons.placement import PlacementMap, PlacementRecord
 
