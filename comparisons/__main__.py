@@ -1,4 +1,4 @@
-"""`python -m comparisons demo | run | list`: compare dp_torch and dp_jax from the command line.
+"""`python -m comparisons demo | run | list | doctor`: compare dp_torch and dp_jax; check a user's model.
 
 Exit status: 0 when every check passes, 1 when one fails, 2 on bad input (message on stderr),
 130 on Ctrl-C (no report file is left behind). Pairs from user code: `--pair module:NAME`,
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from comparisons._backend_devices import TORCH_DEVICES, install_virtual, set_jax_cpu_devices, torch_kind
 from comparisons.distributed.cli import PROCESSES_HELP
+from comparisons.doctor import cli as doctor_cli
 from comparisons.harness import STRATEGIES
 from comparisons.render import FORMATS
 
@@ -52,6 +53,8 @@ def _interrupted(signum: int, frame) -> None:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "doctor":  # its own exit codes and formats: comparisons/doctor/cli.py
+        return doctor_cli.run(args)
     try:
         pair = _load_user_pairs(args)
         if args.command == "list":
@@ -151,6 +154,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--format", default="table", choices=FORMATS, help="output format (default table)")
     run.add_argument("--out", help="write the report here instead of stdout")
     run.add_argument("--processes", type=int, metavar="P", help=PROCESSES_HELP)
+    doctor_cli.add_arguments(commands.add_parser("doctor", help="check your own model for what DataParallel "
+                                                 "will not put on each device", description=doctor_cli.DESCRIPTION))
     for command in (listing, run):
         command.add_argument("--pair", action="append", dest="pairs", metavar="MODULE:NAME",
                              help="your ModelPair object, e.g. my_package.pairs:MY_NET (repeatable; "
