@@ -186,3 +186,20 @@ def test_flax_apply_translates_train_into_deterministic():
     call = FlaxApply(Det(), train_arg="deterministic")
     x = jnp.ones(3)
     assert float(call.apply({}, x, train=True)[0]) == 2.0 and float(call.apply({}, x)[0]) == 1.0
+
+
+def test_declarations_are_checked_when_the_pair_is_made():
+    with pytest.raises(TypeError, match=r"torch_only='lm_head.weight' is a string; pass a tuple"):
+        make_pair(torch_only="lm_head.weight")
+    with pytest.raises(TypeError, match=r"flax_only='params/x' is a string; pass a tuple"):
+        ModelPair(**{**make_pair().__dict__, "flax_only": "params/x"})
+    with pytest.raises(ValueError, match=r"known_differences \['bn_momentum'\] are not known"):
+        make_pair(known_differences=("bn_momentum",))
+
+
+def test_torch_only_names_are_left_out_of_conversion_and_flax_only_leaves_out_of_the_way_back():
+    pair = make_pair(torch_only=("fc2.*",), flax_only=("params/fc2/*",))
+    torch_module, _, _ = make_pair().build()
+    variables = pair.torch_to_flax(torch_module.state_dict())
+    assert "fc2" not in variables["params"] and "fc1" in variables["params"]
+    assert not any(name.startswith("fc2.") for name in pair.flax_to_torch(variables))

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from fnmatch import fnmatch
 from typing import Any
 
 from ..convert import ConversionError, Layer, kind_of
@@ -61,7 +62,7 @@ class FlaxApply:
 
 
 def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: FlaxPathHook | None = None,
-                   ) -> tuple[list[Layer], list[str]]:
+                   torch_only: Sequence[str] = ()) -> tuple[list[Layer], list[str]]:
     """Mapping entries by path, and the torch names that have no Flax counterpart.
 
     Args:
@@ -69,6 +70,8 @@ def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: Fla
       flax_variables: its Flax twin's variables, or their shapes (`jax.eval_shape` of init).
       flax_path: hook(torch module name) -> Flax path ('a/b') for the odd ones; None keeps the
         default, the torch name with '/' for '.'.
+      torch_only: glob patterns of torch names declared torch-only; a module owning only those
+        gets no Layer.
     Returns:
       (layers, torch_only): torch_only lists tied parameters (the same tensor under a second
       name) and non-persistent buffers, which no Flax variable mirrors.
@@ -80,19 +83,19 @@ def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: Fla
     flax_modules = _flax_module_paths(flatten_dict(dict(flax_variables)))
     canonical = set(dict(torch_module.named_parameters())) | set(torch_module.state_dict(keep_vars=True))
     distinct = set(dict(torch_module.named_parameters()))
-    layers, torch_only = [], []
+    layers, one_sided = [], []
     for prefix, sub in torch_module.named_modules():
         dotted = f"{prefix}." if prefix else ""
         params = [dotted + k for k, v in sub._parameters.items() if v is not None]
         buffers = [dotted + k for k, v in sub._buffers.items() if v is not None]
         tied = [n for n in params if n not in distinct]
         transient = [n for n in buffers if n not in canonical]
-        torch_only += tied + transient
+        one_sided += tied + transient
         own = [n for n in params + buffers if n not in tied and n not in transient
-               and not n.endswith("num_batches_tracked")]
+               and not n.endswith("num_batches_tracked") and not any(fnmatch(n, p) for p in torch_only)]
         if own:
             layers.append(_layer(prefix, sub, own, flax_path, flax_modules))
-    return layers, torch_only
+    return layers, one_sided
 
 
 def _layer(prefix: str, module: Any, names: list[str], hook: FlaxPathHook | None, flax_modules: set) -> Layer:
@@ -146,9 +149,13 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
     pair = ModelPair(name=name, make_torch=lambda: copy.deepcopy(torch_module), make_flax=lambda: flax_model,
                      mapping=(), make_inputs=make_inputs, loss_torch=loss_torch, loss_jax=loss_jax,
                      **({"to_flax_inputs": to_flax_inputs} if to_flax_inputs is not None else {}),
-                     description=description, known_differences=tuple(known_differences))
+                     description=description)
+    declared = {"torch_only": torch_only, "flax_only": flax_only, "known_differences": known_differences}
+    for label, value in declared.items():
+        if isinstance(value, str):
+            raise TypeError(f"pair_from_modules: {label}={value!r} is a string; pass a tuple, e.g. ({value!r},)")
     shapes = pair.flax_shapes(flax_model) if variables is None else _wrapped(variables)
-    layers, derived_only = derive_mapping(torch_module, shapes, flax_path=flax_path)
+    layers, derived_only = derive_mapping(torch_module, shapes, flax_path=flax_path, torch_only=torch_only)
     return ModelPair(
         name=name, make_torch=pair.make_torch, make_flax=pair.make_flax, mapping=tuple(layers),
         make_inputs=make_inputs, loss_torch=loss_torch, loss_jax=loss_jax, to_flax_inputs=pair.to_flax_inputs,
