@@ -17,7 +17,7 @@ import pytest
 from comparisons.doctor.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMAND = ["comparisons.doctor"]  # the same as `python -m comparisons doctor`
+COMMAND = ["comparisons", "doctor"]
 
 BROKEN = textwrap.dedent("""\
     import torch
