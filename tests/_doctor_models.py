@@ -90,6 +90,27 @@ class GlobalOffset(nn.Module):
         return self.fc(x) - COUNTER  # doctor: cross-device-op
 
 
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * torch.full((grad.shape[1],), 0.5)  # doctor: cross-device-op (backward)
+
+
+class BackwardOnCpu(nn.Module):
+    """A custom autograd Function whose backward makes a CPU tensor (cross-device-op in backward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return _ScaleGrad.apply(self.fc(x))
+
+
 class StepCounter(nn.Module):
     """A buffer incremented in place in forward (lost-inplace-update on replicas 1..)."""
 

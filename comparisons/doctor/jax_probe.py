@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import inspect
 import re
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -143,7 +144,7 @@ def _recording_prints():
     original = builtins.print
 
     def recording_print(*args, **kwargs):
-        lines.append(user_line() or "print")
+        lines.append(user_line(sys._getframe(1)) or "print")
         return original(*args, **kwargs)
 
     builtins.print = recording_print

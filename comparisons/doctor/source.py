@@ -12,6 +12,7 @@ from types import FrameType
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _OURS = [os.path.join(_ROOT, name) + os.sep for name in ("comparisons", "dp_torch", "dp_jax")]
+_DRIVERS = {os.path.join(_ROOT, "comparisons", "doctor", name) for name in ("torch_run.py", "jax_probe.py")}
 _STDLIB = [p + os.sep for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}]
 _LIBRARY_NAMES = ("torch", "jax", "jaxlib", "flax", "optax", "numpy", "transformers")
 
@@ -40,12 +41,19 @@ def is_user_file(filename: str, skip: list[str] | None = None, module_name: str 
 
 
 def user_line(frame: FrameType | None = None) -> str | None:
-    """'file.py:line' of the innermost user frame above `frame` (default: the caller), or None."""
+    """'file.py:line' of the innermost user frame above `frame` (default: the caller), or None.
+
+    The search stops at the doctor's drivers (the code that calls the user's model): user code
+    reached only through them, such as the caller of a backward pass, is not blamed.
+    """
     frame = frame or sys._getframe(1)
     skip = _library_dirs()
     while frame is not None:
-        if is_user_file(frame.f_code.co_filename, skip, frame.f_globals.get("__name__", "")):
-            return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
+        filename = frame.f_code.co_filename
+        if is_user_file(filename, skip, frame.f_globals.get("__name__", "")):
+            return f"{short_path(filename)}:{frame.f_lineno}"
+        if os.path.abspath(filename) in _DRIVERS:
+            return None
         frame = frame.f_back
     return None
 

@@ -125,23 +125,25 @@ class ReplicaProbe(TorchDispatchMode):
             return args, kwargs
         target = self.device if self.device in devices else considered[0].device
         odd = [t for t in considered if t.device != target]
-        self._blame(func, odd, devices)
+        self._blame(func, odd, target)
         self.recorder.repairs += len(odd)
         # The aten op itself: `Tensor.to` inside a dispatch handler may keep a wrapper on its device.
         moved = {id(t): aten._to_copy.default(t, device=target) for t in odd}
         return _replace(args, moved), _replace(kwargs, moved)
 
-    def _blame(self, func, odd: list[torch.Tensor], devices) -> None:
-        line = user_line() if self.replica is not None else None
+    def _blame(self, func, odd: list[torch.Tensor], target: torch.device) -> None:
+        """Attribute each odd tensor to its origin's finding, or to this op (a cross-device-op)."""
+        line = user_line()
+        replica = self.replica
+        if replica is None and target in self.recorder.devices:  # backward: the replica whose device it is
+            replica = self.recorder.devices.index(target)
         for tensor in odd:
             origin = self.recorder.origin_of(tensor)
             if origin is None:
                 where = line or f"backward: {func}"
-                evidence = self.recorder.note("cross-device-op", where, self.replica, [tensor.device], line, str(func))
+                self.recorder.note("cross-device-op", where, replica, [tensor.device], line, str(func))
             else:
-                evidence = self.recorder.note(origin.kind, origin.where, self.replica, [tensor.device], line,
-                                              origin.op or None)
-            evidence.detail.setdefault("mixed_with", set()).add(str(self.device or ""))
+                self.recorder.note(origin.kind, origin.where, replica, [tensor.device], line, origin.op or None)
 
     # (2) in-place writes to the replica's parameters and buffers
     def _check_writes(self, func, args, kwargs) -> None:

@@ -110,6 +110,15 @@ def test_global_tensor_on_device_0_is_a_cross_device_op_at_the_line():
     assert finding.replicas == (1, 2, 3) and finding.devices == ("vdev:0",) and "aten.sub" in finding.message
 
 
+def test_cpu_tensor_made_in_a_custom_backward_is_found_with_backward_only():
+    assert doctor_torch(models.BackwardOnCpu(), batch(seed=21)).ok  # the forward is sound
+    report = doctor_torch(models.BackwardOnCpu(), batch(seed=21), backward=True)
+    assert report.kinds() == ["cross-device-op"]
+    [finding] = report.findings
+    assert at(finding.where, marked_line("cross-device-op (backward)")[0])
+    assert finding.replicas == (0, 1, 2, 3) and finding.devices == ("cpu",)
+
+
 def test_buffer_counter_is_lost_on_replicas_1_and_up_and_kept_on_0():
     model = models.StepCounter()
     report = doctor_torch(model, batch(seed=8))
