@@ -65,7 +65,8 @@ def _main(argv: Sequence[str] | None) -> int:
         else:
             settings = dict(pair=_model_name(args, pair), batch_size=args.batch, devices=args.devices,
                             strategies=_strategy_list(args.strategy), steps=args.steps, optimizer=args.optimizer,
-                            dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices)
+                            dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices,
+                            padding=args.padding)
             fmt, out, html_out = args.format, args.out, None
         for path, flag in ((out, "--out"), (html_out, "--out")):
             if path is not None:
@@ -143,8 +144,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--batch", type=int, default=10, help="global batch size (default 10)")
     run.add_argument("--strategy", action="append", metavar="S",
                      help=f"dp_jax strategy: {', '.join(STRATEGIES)}; repeatable or a comma list "
-                          "(default: every strategy that can run this batch)")
+                          "(default: every strategy)")
     run.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
+    run.add_argument("--padding", action="store_true",
+                     help="also measure what padding the last chunk (a pmap port) would change: labelled "
+                          "'padding' notes, never judged")
     run.add_argument("--dtype", default="float32", help="float32 or float64 (default float32)")
     run.add_argument("--optimizer", default="sgd", help="sgd, momentum or adam (default sgd)")
     run.add_argument("--seed", type=int, default=0, help="weights and inputs seed (default 0)")

@@ -40,7 +40,8 @@ _SUBJECTS = ("outputs", "gradients", "batch_stats", "params_after_steps")
 
 def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Sequence[str] | None = None,
             steps: int = 2, optimizer: str = "sgd", dtype: str = "float32", seed: int = 0,
-            torch_devices: str = "auto", progress: Callable[[str, int], None] | None = None) -> ComparisonReport:
+            torch_devices: str = "auto", progress: Callable[[str, int], None] | None = None,
+            padding: bool = False) -> ComparisonReport:
     """Compare dp_torch and dp_jax on `pair` (a ModelPair or a registered name); returns the report.
 
     Args:
@@ -48,10 +49,12 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
       torch_devices: "auto" (the default, as in the CLI: "cuda" when torch sees `devices` GPUs, else
         "virtual", installing vdev:0..max(8, devices)-1 if none are: process-global), "cpu" (the CPU
         repeated), "virtual" (after your own dp_torch.virtual.install) or "cuda".
-      strategies: dp_jax strategies; None = every strategy that can run this batch (the mapped
-        ones pad uneven batches, which they refuse for models with BatchNorm statistics).
+      strategies: dp_jax strategies; None = every strategy (each computes on exactly torch's chunks).
       steps: optimizer steps (>= 1); the first step's output/grads/statistics are checked.
       progress: called as progress(label, total_steps) after every training step (progress bars).
+      padding: also train each chosen mapped strategy with the last chunk padded (dp_jax's
+        uneven='pad_unchecked', what a pmap port computes) and report in the notes, labelled
+        "padding", how far it moves each subject from torch's: measured, never judged.
     Every argument is checked before any work runs. JAX gets max(8, devices) CPU devices when it
     has not started yet (else the error says how). Compiles one JAX program per strategy and chunk
     shape; float64 runs JAX under jax.enable_x64 (scoped to this call).
@@ -63,6 +66,9 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     _choice("torch_devices", torch_devices, ("auto", *TORCH_DEVICES))
     check.progress(progress)
     devices = check.positive("devices", devices)
+    if not isinstance(padding, bool):
+        raise ComparisonError(f"compare: padding={padding!r} is not a bool; pass True to measure what padding "
+                              "the last chunk would change, or False")
     chosen = _strategies(check.strategy_names(strategies), pair, config.batch_size, devices)
     jax_list = jax_devices(devices)
     kind = torch_kind(torch_devices, devices)
@@ -74,9 +80,6 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
         steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=kind,
         tolerance={"max_abs": TOLERANCES[dtype], "rel_norm": TOLERANCES[dtype]},
         notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
-    if strategies is None and len(chosen) < len(STRATEGIES):
-        report.notes.append(f"strategies {sorted(set(STRATEGIES) - set(chosen))} skipped: they pad "
-                            f"the last chunk, which would change {pair.name}'s BatchNorm statistics")
     total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
     tick = (lambda label: progress(label, total)) if progress else (lambda label: None)
     runs = _run_all(pair, config, chosen, torch_list, reference, jax_list, tick)
@@ -86,7 +89,19 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     report.layers = {layer.torch: layer.flax.replace("/", ".") for layer in pair.mapping}
     report.notes += [note for run in runs for note in run.notes] + _parametrisation_note(runs)
     report.notes += declared.notes(pair, runs)
+    if padding:
+        report.notes += _padding_section(pair, config, chosen, runs[0], jax_list, TOLERANCES[dtype])
     return report
+
+
+def _padding_section(pair, config, strategies, torch_run, jax_list, tol) -> list[str]:
+    """What uneven='pad' (a pmap port) would change, as labelled notes (comparisons/_padding.py):
+    measured against torch's DataParallel, never judged. Builds the pair again and trains once
+    more per mapped strategy."""
+    from comparisons._padding import padding_notes
+
+    with _jax_precision(config.dtype):
+        return padding_notes(pair, config, strategies, torch_run, jax_list, _build(pair, config), tol)
 
 
 def _run_all(pair, config, strategies, torch_list, reference, jax_list, progress) -> list[BackendRun]:
@@ -192,19 +207,12 @@ def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
 
 
 def _strategies(strategies, pair, batch_size: int, devices: int) -> list[str]:
-    chunk = -(-batch_size // devices)
-    padded = batch_size % chunk != 0 and pair.has_batch_stats  # padding rows would reach BN stats
     if strategies is None:
-        return [s for s in STRATEGIES if s == "explicit" or not padded]
+        return list(STRATEGIES)
     chosen = list(dict.fromkeys(strategies))
     if not chosen:
         raise ComparisonError("compare: strategies=[] is empty; pass at least one of "
-                              f"{', '.join(STRATEGIES)} (or None for all that apply)")
+                              f"{', '.join(STRATEGIES)} (or None for all)")
     for strategy in chosen:
         _choice("strategy", strategy, STRATEGIES)
-        if strategy != "explicit" and padded:
-            raise ComparisonError(
-                f"compare: strategy={strategy!r} pads batch {batch_size} on {devices} devices (chunks of "
-                f"{chunk}) and {pair.name} updates BatchNorm statistics, which padding would change; "
-                "use strategy 'explicit' or a batch size divisible into equal chunks")
     return chosen

@@ -71,11 +71,11 @@ def test_batch_of_10_on_4_devices_passes_with_torch_chunks_and_replica_placement
     assert [(r.replica, r.shape[0]) for r in torch_inputs] == [(0, 3), (1, 3), (2, 3), (3, 1)]
     jax_params = report.placements["jax:explicit"].filter(role="param")
     assert {(r.replica, r.device) for r in jax_params} == {(i, f"cpu:{i}") for i in range(4)}
-    assert any("jax:sharded pads the last chunk" in note for note in report.notes)
-    # DataParallel.placed shows the mapped strategy's replicas too, and its padded last chunk
+    assert not any("pads the last chunk" in note for note in report.notes)  # exact: no padding row
+    # DataParallel.placed shows the mapped strategy's replicas too, the short chunk's own call on cpu:3
     sharded = report.placements["jax:sharded"]
     assert {(r.replica, r.device) for r in sharded.filter(role="param")} == {(i, f"cpu:{i}") for i in range(4)}
-    assert [r.size // 12 for r in sharded.filter(role="input")] == [3, 3, 3, 3]  # mlp rows have 12 features
+    assert [r.size // 12 for r in sharded.filter(role="input")] == [3, 3, 3, 1]  # mlp rows have 12 features
     aliasing = {c.compared: c.passed for c in report.checks if c.subject == "aliasing"}
     assert aliasing["jax:sharded: replica 0 shares, others copy"] is True
 
@@ -111,7 +111,6 @@ def test_a_transposed_kernel_in_the_conversion_fails_the_cross_backend_verdicts(
     ({"dtype": "float16"}, "dtype='float16' is not supported"),
     ({"optimizer": "rmsprop"}, "optimizer='rmsprop' is not supported"),
     ({"torch_devices": "virtual"}, "needs dp_torch.virtual.install"),
-    ({"pair": "cnn_bn", "strategies": ["pmap"]}, "strategy='pmap' pads batch 10 on 4 devices"),
 ])
 def test_bad_input_raises_a_clear_error_naming_the_argument(kwargs, message):
     settings = {"pair": "mlp", "batch_size": 10, "devices": 4, "steps": 1} | kwargs
@@ -135,13 +134,13 @@ def test_the_harness_knows_every_dp_jax_strategy():
     assert tuple(STRATEGIES) == tuple(dp_jax.STRATEGIES)
 
 
-def test_default_strategies_skip_padding_ones_for_batchnorm_on_uneven_batches():
+def test_default_strategies_are_every_strategy_on_any_batch():
+    # every strategy computes on exactly torch's chunks, BatchNorm on an uneven batch included
     from comparisons import models
     from comparisons.harness import _strategies
 
-    assert _strategies(None, models.get("cnn_bn"), 10, 4) == ["explicit"]
-    assert _strategies(None, models.get("cnn_bn"), 12, 4) == list(STRATEGIES)
-    assert _strategies(None, models.get("mlp"), 10, 4) == list(STRATEGIES)
+    for pair, batch in (("cnn_bn", 10), ("cnn_bn", 12), ("mlp", 10)):
+        assert _strategies(None, models.get(pair), batch, 4) == list(STRATEGIES)
 
 
 @pytest.mark.slow

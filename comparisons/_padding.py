@@ -1,0 +1,88 @@
+"""What padding would change, measured: the pair trained with dp_jax's uneven='pad_unchecked' (the last
+chunk padded, as a hand-written pmap port does, and nothing refused) against PyTorch's DataParallel.
+
+dp_jax's default computes on exactly torch's chunks, so the report's verdicts never see padding.
+This section is for a user deciding how to port to pmap: it reports, subject by subject, how far
+outputs, gradients, BatchNorm statistics and parameters after K steps move from PyTorch's when the
+last chunk is padded. Measurements, not verdicts: they go into the report's notes, labelled
+"padding", and never fail it.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from comparisons import _declared as declared
+from comparisons._numerics import compare_trees
+from comparisons._runs import BackendRun, RunConfig
+
+SUBJECTS = ("outputs", "gradients", "batch_stats", "params_after_steps")
+MODE = "pad_unchecked"
+
+
+def padding_notes(pair: Any, config: RunConfig, strategies: Sequence[str], torch_run: BackendRun,
+                  devices: Sequence[Any], built: tuple[Any, Any, Any], tol: float) -> list[str]:
+    """The padding section's lines: one headline, then one line per (mapped strategy, subject).
+
+    `built` is the pair's (torch module, flax module, variables) as the comparison built them.
+    Trains once more per mapped strategy among `strategies` ('pmap' when none is chosen), eagerly.
+    """
+    import dp_jax
+
+    mapped = [s for s in strategies if s in dp_jax.strategies.MAPPED_STRATEGIES] or ["pmap"]
+    plan = dp_jax.DataParallel(built[1], list(devices), dim=config.dim, strategy=mapped[0],
+                               uneven=MODE).plan(config.batch_size)
+    head = (f"padding (what uneven='pad', a pmap port, would change; measured against torch DP, not judged): "
+            f"batch {config.batch_size} on {len(devices)} devices")
+    if not plan.pad_rows:
+        return [f"{head} splits into equal chunks, so padding changes nothing"]
+    short = plan.chunk_sizes[-1]
+    lines = [f"{head} pads the last chunk ({short} row{'s' if short > 1 else ''}) with {plan.pad_rows} "
+             f"cop{'ies' if plan.pad_rows > 1 else 'y'} of its last row to {plan.shard_size} rows"]
+    for strategy in mapped:
+        padded = _train_padded(pair, config, devices, built, strategy)
+        lines += [_line(check) for check in _measure(pair, padded, torch_run, strategy, tol)]
+    return lines
+
+
+def _train_padded(pair, config, devices, built, strategy):
+    """The Snapshot of DataParallel(strategy, uneven='pad_unchecked') trained as the harness trains."""
+    import jax
+    import numpy as np
+
+    import dp_jax
+    from comparisons._jax_run import _split, _train, _value_and_grad
+
+    _, flax_module, variables = built
+    variables = jax.device_put(variables, devices[0])
+    inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
+    x = pair.to_flax_inputs(inputs)
+    mutable = ["batch_stats"] if pair.has_batch_stats else False
+    wrapper = dp_jax.DataParallel(flax_module, list(devices), dim=config.dim, strategy=strategy, uneven=MODE)
+
+    def dp_apply(vars_, x_):
+        return _split(wrapper.apply(vars_, *x_, train=True, mutable=mutable), mutable)
+
+    snapshot, _ = _train(_value_and_grad(pair.loss_jax, dp_apply, pair.name), variables, x, targets, config,
+                         lambda: None)
+    return snapshot, sum(leaf.size for leaf in jax.tree.leaves(variables["params"]))
+
+
+def _measure(pair, padded, torch_run, strategy, tol) -> list:
+    snapshot, parameter_count = padded
+    checks = []
+    for subject in SUBJECTS:
+        if subject == "batch_stats" and not pair.has_batch_stats:
+            continue
+        if subject == "params_after_steps" and parameter_count != torch_run.parameter_count:
+            continue  # the two sides parametrise differently (see the report's note)
+        checks.append(compare_trees(subject, f"torch DP vs jax:{strategy} padded",
+                                    *declared.cross(pair, subject, getattr(snapshot, subject),
+                                                    getattr(torch_run.dp, subject)), tol))
+    return checks
+
+
+def _line(check) -> str:
+    where = "within" if check.passed else "beyond"
+    return (f"padding: {check.subject}, {check.compared}: max_abs {check.max_abs:.2e}, rel_norm "
+            f"{check.rel_norm:.2e} ({where} the tolerance {check.tolerance:g})")
