@@ -92,7 +92,8 @@ def test_unknown_strategy_names_value_and_choices():
 
 
 def test_unknown_uneven_mode_names_value_and_choices():
-    with pytest.raises(ValueError, match=r"uneven='trim' is unknown; pass 'exact' \(the default.*'pad' \(.*or 'pad_unchecked'"):
+    with pytest.raises(ValueError, match=r"uneven='trim' is unknown; pass 'exact' \(the default.*'pad' \(.*"
+                                         r"or 'pad_unchecked'"):
         DataParallel(lambda v, x: x, strategy="pmap", uneven="trim")
 
 
