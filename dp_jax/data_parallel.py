@@ -21,7 +21,8 @@ import flax.linen as nn
 import jax
 
 from dp_jax import training
-from dp_jax._devices import resolve_device, resolve_devices
+from dp_jax._batch import check_dim
+from dp_jax._devices import device_label, resolve_device, resolve_devices
 from dp_jax.strategies import (
     MAPPED_STRATEGIES,
     REPLICA_AXIS,
@@ -71,6 +72,7 @@ class DataParallel:
         sync_collections: bool = False, axis_name: str | None = None, uneven: str = "exact",
     ):
         self.apply_fn = _apply_fn_of(module_or_apply_fn)
+        dim = check_dim(dim, "DataParallel")
         self.device_ids = tuple(resolve_devices(jax.devices() if device_ids is None else device_ids, "device_ids"))
         self.output_device = (self.device_ids[0] if output_device is None
                               else resolve_device(output_device, "output_device", allow_cpu_literal=True))
@@ -103,6 +105,15 @@ class DataParallel:
         return (output, collections) if mutable else output
 
     __call__ = apply
+
+    def __repr__(self) -> str:
+        """As torch's: the wrapped module, indented; then where it runs (devices, output device, dim, strategy)."""
+        module = self.apply_fn.module if isinstance(self.apply_fn, _LinenApply) else self.apply_fn
+        devices = ", ".join(device_label(device) for device in self.device_ids)
+        axis = f", axis_name={self.axis_name!r}" if self.axis_name else ""
+        return (f"DataParallel(\n  (module): {repr(module).replace(chr(10), chr(10) + '  ')}\n"
+                f"  device_ids=[{devices}], output_device={device_label(self.output_device)}, dim={self.dim}, "
+                f"strategy={self.strategy!r}{axis}\n)")
 
     def value_and_grad(self, loss_fn: Callable[..., Any], has_aux: bool = False) -> training.CompiledStep:
         """A jitted `(variables, *batch) -> (loss, grads)` (`((loss, aux), grads)` with has_aux).
