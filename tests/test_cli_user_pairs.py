@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from _helpers_harness import ROOT
+from _helpers_signals import INTERRUPTIBLE
 
 FIXTURE = Path(__file__).parent / "user_pairs_fixture"
 
@@ -91,7 +92,8 @@ def test_ctrl_c_during_a_comparison_exits_130_with_one_line_and_no_file(user_fol
     environment.update(PYTHONPATH=f"{user_folder}{os.pathsep}{ROOT}", TINY_PAIRS_MARKER=str(marker))
     process = subprocess.Popen([sys.executable, "-m", "comparisons", "run", "--pair", f"tiny_pairs:{pair}",
                                 "--devices", "2", "--batch", "4", "--format", "json", "--out", str(out)],
-                               cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   **INTERRUPTIBLE)
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
