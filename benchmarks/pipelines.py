@@ -5,7 +5,8 @@ step against resident replicas). Every thunk blocks until its work is done.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Thunk = Callable[[], Any]
 
@@ -51,6 +52,7 @@ def torch_forward(module: Any, x: Any, devices: list, sync: Callable[[], None], 
 def jax_steps(model: Any, variables: Any, x: Any, devices: list) -> dict[str, Thunk]:
     """dp_jax scatter / replicate / parallel_apply / gather (the 'explicit' strategy, step by step)."""
     import jax
+
     import dp_jax
 
     chunks = dp_jax.scatter(x, devices)
@@ -69,6 +71,7 @@ def jax_steps(model: Any, variables: Any, x: Any, devices: list) -> dict[str, Th
 def jax_forward(model: Any, variables: Any, x: Any, devices: list, strategy: str, *, resident: bool) -> Thunk:
     """dp_jax forward: `data_parallel` places the variables every call; `DataParallel` caches them."""
     import jax
+
     import dp_jax
 
     if resident:

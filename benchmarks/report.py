@@ -108,7 +108,8 @@ def targets_markdown(sections: list[dict[str, Any]]) -> str:
         if not rows:
             continue
         parts.append(f"**{section['title']}**\n")
-        is_sweep = all("devices" in row["labels"] for row in rows) and len({row["labels"]["devices"] for row in rows}) > 1
+        is_sweep = (all("devices" in row["labels"] for row in rows)
+                    and len({row["labels"]["devices"] for row in rows}) > 1)
         parts.append(pivot_markdown(rows, "devices") if is_sweep else markdown_table(rows))
         parts.append("")
     return "\n".join(parts)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from benchmarks.context import Context
 from benchmarks.models import torch_model_and_batch

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 DOCS = Path(__file__).resolve().parent
 SECTION = re.compile(

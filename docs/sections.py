@@ -1,7 +1,7 @@
 """Generators for the tables in docs/*.md; each returns Markdown computed by running our code."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 GENERATORS: dict[str, Callable[[], str]] = {}
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from sections import generator
 
-
 # --- shared helpers ------------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,8 +12,7 @@ def _grad_variants():
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import AxisType, Mesh
-    from jax.sharding import NamedSharding
+    from jax.sharding import AxisType, Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
     devices = jax.devices()[:4]
@@ -37,7 +36,8 @@ def _grad_variants():
         (f"`shard_map`, check_vma={vma}, " + ("`psum` added" if psum else "no `psum`"), shard_map_grad(vma, psum))
         for vma in (True, False) for psum in (False, True)
     ]
-    variants.append(("`jax.jit` of the global loss, x sharded `P('d')`", jax.jit(jax.grad(loss))(replicated_w, sharded_x)))
+    global_grad = jax.jit(jax.grad(loss))(replicated_w, sharded_x)
+    variants.append(("`jax.jit` of the global loss, x sharded `P('d')`", global_grad))
     return variants, jax.grad(loss)(w, x), jax.grad(loss)(w, x[:2])
 
 

@@ -3,11 +3,12 @@ import jax
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
-
-from comparisons.convert import Layer, flax_grads_to_torch, flax_to_torch, torch_grads_to_flax, torch_to_flax
 from _helpers_convert import layer_case, torch_layout_to_flax
 from _helpers_models import assert_agree
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from comparisons.convert import Layer, flax_grads_to_torch, flax_to_torch, torch_grads_to_flax, torch_to_flax
 
 KINDS = ["linear", "conv1d", "conv2d", "batchnorm", "layernorm", "embedding", "mha", "lstm"]
 

@@ -1,10 +1,10 @@
 """Every built-in pair computes the same function in torch and Flax once weights are converted."""
+import jax
 import numpy as np
 import pytest
-import jax
+from _helpers_models import assert_pair_agrees
 
 from comparisons import models
-from _helpers_models import assert_pair_agrees
 
 # (seed, batch size): different per dtype so each pair sees two seeds and two batch sizes
 CASES = {np.float32: (0, 5), np.float64: (7, 3)}

@@ -7,11 +7,11 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from _helpers_models import assert_models_agree
 from flax import linen as nn
 
 from comparisons import models
 from comparisons.models import ModelPair, flax_nets
-from _helpers_models import assert_models_agree
 
 ROOT = Path(__file__).resolve().parents[1]
 
