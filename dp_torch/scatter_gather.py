@@ -132,9 +132,44 @@ def _gather(outputs: list[Any], target: torch.device, dim: int, path: str) -> An
         check_same_container(outputs, path)
         items = [_gather(list(same), target, dim, f"{path}[{i}]") for i, same in enumerate(zip(*outputs))]
         return type(out)._make(items) if is_namedtuple(out) else type(out)(items)
+    if _rebuildable(out):
+        return _gather_iterable(outputs, target, dim, path)
     raise TypeError(
         f"gather: {path} is {with_article(type(out).__name__)} ({out!r:.60}); gather only joins tensors, None, dicts, "
-        "lists, tuples and namedtuples of them. Return other values as tensors or outside the module "
-        "(PyTorch would fail here or return a wrong value)"
+        "lists, tuples, namedtuples and other iterables of them (rebuilt as type(out)(items), a cache object for "
+        f"one). Return other values as tensors or outside the module ({_what_pytorch_does(out)})"
     )
+
+
+def _rebuildable(out: Any) -> bool:
+    # PyTorch rebuilds any other output as type(out)(map(gather_map, zip(*outputs))); text and sets
+    # are excluded on purpose (see _what_pytorch_does), so is anything zip cannot iterate.
+    return hasattr(out, "__iter__") and not isinstance(out, (str, bytes, bytearray, set, frozenset, torch.Size))
+
+
+def _gather_iterable(outputs: list[Any], target: torch.device, dim: int, path: str) -> Any:
+    """An iterable output (transformers' DynamicCache) joined item by item and rebuilt as PyTorch rebuilds it."""
+    items = [list(out) for out in outputs]
+    for j, replica_items in enumerate(items[1:], 1):
+        if len(replica_items) != len(items[0]):
+            raise ValueError(f"gather: {path} has {len(items[0])} items on replica 0 but {len(replica_items)} on "
+                             f"replica {j}; every replica must return the same structure")
+    gathered = [_gather(list(same), target, dim, f"{path}[{i}]") for i, same in enumerate(zip(*items))]
+    name = type(outputs[0]).__name__
+    try:
+        return type(outputs[0])(iter(gathered))
+    except Exception as error:
+        raise TypeError(f"gather: {path} is {with_article(name)}, rebuilt as PyTorch's gather rebuilds it, "
+                        f"{name}(gathered items), which raised {type(error).__name__}: {error}; return tensors "
+                        "or containers of them") from error
+
+
+def _what_pytorch_does(out: Any) -> str:
+    if isinstance(out, str):
+        return "PyTorch returns the text of a map object here, pytorch#62466"
+    if isinstance(out, (set, frozenset)):
+        return "PyTorch pairs the replicas' elements in set iteration order, which is arbitrary"
+    if isinstance(out, (bytes, bytearray, torch.Size)):
+        return "PyTorch fails too, rebuilding it from gathered ints"
+    return f"PyTorch fails too: '{type(out).__name__}' object is not iterable"
 

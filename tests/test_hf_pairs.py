@@ -118,3 +118,13 @@ def test_every_strategy_on_4_devices_with_from_pretrained_from_pt(make, tmp_path
     report = compare(pair, batch_size=8, devices=4, steps=2, seed=7, torch_devices="cpu")
     assert report.ok, report.render("markdown")
     assert [c.passed for c in checks_of(report, "conversion")] == [True]
+
+
+@pytest.mark.slow
+def test_gpt2_with_its_cache_is_gathered_and_the_cache_listed_torch_only():
+    torch_model, flax_model, inputs = gpt2(use_cache=True)
+    report = compare(hf.pair("gpt2-cache", torch_model, flax_model, make_inputs=inputs), seed=8, **SMALL)
+    assert report.ok, report.render("markdown")
+    assert "past_key_values.1.1" in next(note for note in report.notes if note.startswith("torch-only"))
+    torch_dp_vs_single = next(c for c in report.checks if c.subject == "outputs" and c.compared == "torch DP vs single")
+    assert torch_dp_vs_single.passed  # the gathered cache equals the chunked reference's, leaf by leaf
