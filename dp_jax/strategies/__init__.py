@@ -17,6 +17,7 @@ Layout: `table` (one `Strategy` record per name, the mapped programs' builders),
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dp_jax.strategies import explicit, mapped
@@ -38,7 +39,27 @@ def run_strategy(strategy: Strategy | str, call: StrategyCall) -> StrategyResult
     chunks, the variables (unless cached) and the outputs (to output_device).
     """
     record = _record(strategy, call)
-    return _RUNNERS[record.mapped].run(record, call)
+    try:
+        return _RUNNERS[record.mapped].run(record, call)
+    except NameError as error:
+        raise _unbound_axis(error, record, call) from error
+
+
+def _unbound_axis(error: NameError, record: Strategy, call: StrategyCall) -> NameError:
+    """JAX's "unbound axis name: batch" (a BatchNorm(axis_name='batch') or lax.pmean in the model) with the fix."""
+    found = re.search(r"unbound axis name: ([^\s.]+)", str(error))
+    if found is None:
+        return error
+    name = found.group(1)
+    if not record.mapped:
+        fix = (f"'{record.name}' runs each replica apart, so no collective spans them: use strategy='shard_map' "
+               f"(or 'pmap', 'sharded') with axis_name={name!r}, or a model without axis_name")
+    else:
+        fix = f"pass DataParallel(..., strategy={record.name!r}, axis_name={name!r}) so the replica axis has that name"
+        if call.axis_name is not None:
+            fix += f" (it is called {call.axis_name!r} now)"
+    return NameError(f"data_parallel(strategy={record.name!r}): the model uses a collective over axis {name!r} "
+                     f"(e.g. BatchNorm(axis_name={name!r}) or lax.pmean(x, {name!r})), which is not bound; {fix}")
 
 
 def place_call(strategy: Strategy | str, call: StrategyCall) -> ReplicaPlacement:

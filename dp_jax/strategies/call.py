@@ -68,7 +68,17 @@ def replica_keys(rngs: dict | None, replicas: int) -> dict | None:
     if not rngs:
         return None
     fold = jax.vmap(jax.random.fold_in, in_axes=(None, 0))
-    return {name: fold(key, jnp.arange(replicas)) for name, key in rngs.items()}
+    keys = {}
+    for name, key in rngs.items():
+        try:
+            keys[name] = fold(key, jnp.arange(replicas))
+        except (TypeError, ValueError):  # JAX's message names neither rngs nor the stream
+            shown = f"{type(key).__name__} of shape {key.shape}" if hasattr(key, "shape") else repr(key)
+            raise TypeError(
+                f"rngs[{name!r}] is not a PRNG key (got {shown}); pass rngs={{{name!r}: jax.random.key(seed)}} "
+                "or a key from jax.random.split"
+            ) from None
+    return keys
 
 
 def reduce_collections(stacked: Any, sync: bool, device: jax.Device) -> Any:

@@ -13,7 +13,7 @@ from dp_jax.replicate import replicate
 from dp_jax.scatter_gather import gather, scatter_kwargs
 from dp_jax.strategies.cache import ReplicaCache
 from dp_jax.strategies.call import ReplicaFn, StrategyCall, StrategyResult, reduce_collections, replica_keys
-from dp_jax.strategies.inputs import batch_size_of
+from dp_jax.strategies.inputs import split_args
 from dp_jax.strategies.plan import ReplicaPlacement, ShardPlan, plan_shards
 from dp_jax.strategies.table import Strategy
 
@@ -50,7 +50,8 @@ def place(record: Strategy, call: StrategyCall) -> ReplicaPlacement:
 
 def _place(record: Strategy, call: StrategyCall, who: str) -> tuple[ShardPlan, list, tuple, tuple]:
     """(plan, per-device variables, per-replica args, per-replica kwargs): replicate and scatter_kwargs."""
-    plan = plan_shards(batch_size_of(call.args, call.kwargs, call.dim, who), call.devices, record.name)
+    # split_args checks every leaf with the user's labels (args[1], not parallel_apply's args[2] behind the key)
+    plan = plan_shards(split_args(call.args, call.kwargs, call.dim, who)[1], call.devices, record.name)
     inputs, kwargs_tup = scatter_kwargs(call.args, call.kwargs, call.devices, call.dim)
     inputs, kwargs_tup = inputs or ((),), kwargs_tup or ({},)  # torch: no inputs -> one replica
     # torch's scatter_kwargs sends non-array kwargs to every device, which gives replicas with no
