@@ -57,3 +57,20 @@ def test_a_good_key_still_runs_every_strategy_alike():
                                                                        rngs={"dropout": jax.random.key(1)})
                for s in dp_jax.STRATEGIES]
     assert all(jnp.array_equal(outputs[0], out) for out in outputs[1:])
+
+
+NO_BATCH = {
+    "no inputs": (lambda variables: variables["w"] * 2, ()),
+    "only Python scalars": (lambda variables, a, b: variables["w"] * a + b, (2.0, 3)),
+    "0 rows": (lambda variables, x: x * variables["w"][0], (jnp.ones((0, 3)),)),
+}
+
+
+@pytest.mark.parametrize("case", NO_BATCH)
+def test_inputs_with_no_batch_give_every_strategy_explicits_answer(case):
+    fn, args = NO_BATCH[case]
+    variables = {"w": jnp.arange(2.0)}
+    expected = dp_jax.DataParallel(fn, [0, 1], strategy="explicit").apply(variables, *args)
+    for strategy in [s for s in dp_jax.STRATEGIES if s != "explicit"]:
+        out = dp_jax.DataParallel(fn, [0, 1], strategy=strategy).apply(variables, *args)
+        assert out.shape == expected.shape and jnp.array_equal(out, expected), strategy

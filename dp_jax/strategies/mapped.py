@@ -22,6 +22,7 @@ from dp_jax._devices import require_distinct
 from dp_jax.parallel_apply import parallel_apply
 from dp_jax.strategies.cache import ReplicaCache
 from dp_jax.strategies.call import ReplicaFn, StrategyCall, StrategyResult, reduce_collections, replica_keys
+from dp_jax.strategies.explicit import run as run_explicit
 from dp_jax.strategies.explicit import with_rngs_first
 from dp_jax.strategies.inputs import SplitArgs, cut_for, place_arrays, place_tail, split_args
 from dp_jax.strategies.mesh import mesh_of
@@ -56,6 +57,8 @@ def run(record: Strategy, call: StrategyCall) -> StrategyResult:
     """Run the record's program on the full (or padded) chunks and a short last chunk on its own; gather."""
     who = f"data_parallel(strategy={record.name!r})"
     split, plan = _plan(record, call, who)
+    if not plan.batch_size:  # no array inputs, or 0 rows: nothing to map; one behaviour for every strategy
+        return run_explicit(record, call)
     _refuse(call, split, plan, who)
     head, tail = cut_for(split, plan)
     placed, arrays = _place(record, call, head, plan)
