@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from _helpers_harness import ROOT
-from _helpers_signals import INTERRUPTIBLE
+from _helpers_signals import interruptible
 
 FIXTURE = Path(__file__).parent / "user_pairs_fixture"
 
@@ -90,10 +90,10 @@ def test_ctrl_c_during_a_comparison_exits_130_with_one_line_and_no_file(user_fol
     marker, out = tmp_path / "started", tmp_path / "report.json"
     environment = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     environment.update(PYTHONPATH=f"{user_folder}{os.pathsep}{ROOT}", TINY_PAIRS_MARKER=str(marker))
-    process = subprocess.Popen([sys.executable, "-m", "comparisons", "run", "--pair", f"tiny_pairs:{pair}",
-                                "--devices", "2", "--batch", "4", "--format", "json", "--out", str(out)],
-                               cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   **INTERRUPTIBLE)
+    command = [sys.executable, "-m", "comparisons", "run", "--pair", f"tiny_pairs:{pair}",
+               "--devices", "2", "--batch", "4", "--format", "json", "--out", str(out)]
+    process = subprocess.Popen(interruptible(command), cwd=ROOT, env=environment, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while not marker.exists() and process.poll() is None and time.monotonic() < deadline:

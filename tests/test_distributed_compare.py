@@ -20,7 +20,7 @@ from _helpers_distributed import (
     wait_until_dead,
 )
 from _helpers_harness import run_cli
-from _helpers_signals import INTERRUPTIBLE
+from _helpers_signals import interruptible
 
 from comparisons import ComparisonError
 from comparisons.distributed.compare import compare_distributed
@@ -124,9 +124,10 @@ def test_cli_refuses_a_batch_the_mesh_cannot_split_and_explains_the_flag():
 
 def test_ctrl_c_to_the_cli_ends_every_rank():
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    cli = subprocess.Popen([sys.executable, "-m", "comparisons", "run", "--processes", "2", "--devices", "2",
-                            "--model", "mlp", "--steps", "2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, **INTERRUPTIBLE)
+    command = [sys.executable, "-m", "comparisons", "run", "--processes", "2", "--devices", "2",
+               "--model", "mlp", "--steps", "2"]
+    cli = subprocess.Popen(interruptible(command), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and len(ranks_started_by(cli.pid)) < 4:  # 2 torch + 2 JAX ranks

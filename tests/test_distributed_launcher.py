@@ -22,7 +22,7 @@ from _helpers_distributed import (
     wait_for_pids,
     wait_until_dead,
 )
-from _helpers_signals import INTERRUPTIBLE
+from _helpers_signals import interruptible
 
 from comparisons.distributed import Launch, LaunchError, launch
 
@@ -90,8 +90,7 @@ launch({workers!r} + ["sleep"], 2, side="torch", timeout=300, env={{"PID_DIR": {
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_the_launcher_stopped_by_a_signal_leaves_no_rank_behind(tmp_path, sig):
     code = LAUNCHER.format(root=str(ROOT), workers=WORKERS, folder=str(tmp_path))
-    launcher = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
-                                **INTERRUPTIBLE)
+    launcher = subprocess.Popen(interruptible([sys.executable, "-c", code]), stderr=subprocess.PIPE, text=True)
     try:
         pids = wait_for_pids(tmp_path, 2)
         assert all(map(alive, pids))
