@@ -130,13 +130,19 @@ def measure_strategy(section: Section, ctx: Context, labels: dict, thunks: dict,
     strategy = labels["strategy"]
     if strategy in strategy_names() and labels["devices"] == ctx.n_devices and not ctx.quick:
         thunks = {**thunks, EAGER: thunks["fwd+bwd"]}
+    add_rows(section, ctx, labels, thunks, baseline, lambda mode: None if mode == EAGER else TARGETS[strategy])
+
+
+def add_rows(section: Section, ctx: Context, labels: dict, thunks: dict, baseline: dict,
+             target: Callable[[str], float | None] = lambda mode: None) -> None:
+    """One ratio row per mode of `thunks` against the baseline of the same mode; a failure is a row too."""
     for mode, thunk in thunks.items():
         try:
             ratio = measure_ratio(thunk, baseline[mode], ctx.settings)
         except Exception as error:  # a strategy that fails is a finding, not a crash
             section.add_failure({**labels, "mode": mode}, error)
             continue
-        section.add_ratio({**labels, "mode": mode}, ratio, None if mode == EAGER else TARGETS[strategy])
+        section.add_ratio({**labels, "mode": mode}, ratio, target(mode))
 
 
 def run(ctx: Context) -> Section:
@@ -182,14 +188,7 @@ def measure_uneven(section: Section, ctx: Context, devices: list) -> None:
         baseline = single_device(model, variables, x)
         for strategy in strategy_names():
             labels = {"model": f"mlp{width}", "devices": len(devices), "strategy": f"{strategy}, batch {batch}"}
-            thunks = dp_jax_thunks(model, variables, x, devices, strategy)
-            for mode, thunk in thunks.items():
-                try:
-                    ratio = measure_ratio(thunk, baseline[mode], ctx.settings)
-                except Exception as error:  # a strategy that fails is a finding, not a crash
-                    section.add_failure({**labels, "mode": mode}, error)
-                    continue
-                section.add_ratio({**labels, "mode": mode}, ratio, None)
+            add_rows(section, ctx, labels, dp_jax_thunks(model, variables, x, devices, strategy), baseline)
     add_over_even(section, batch)
 
 
