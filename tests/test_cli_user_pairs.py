@@ -49,21 +49,23 @@ def test_import_registers_the_pairs_a_module_defines_on_import(user_folder):
     assert "tiny_imported" not in run_cli("list", pythonpath=user_folder).stdout
 
 
-def test_an_installed_package_offers_pairs_through_the_entry_point_group(user_folder):
-    dist_info = user_folder / "tiny_dist-0.1.dist-info"
+def install_fake_distribution(folder: Path, name: str, entry_point: str) -> None:
+    """A dist-info folder on the path: an installed package whose one dp_compare.pairs entry is `entry_point`."""
+    dist_info = folder / f"{name.replace('-', '_')}-0.1.dist-info"
     dist_info.mkdir()
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-dist\nVersion: 0.1\n")
-    (dist_info / "entry_points.txt").write_text("[dp_compare.pairs]\ntiny = tiny_pairs:TINY\n")
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text(f"[dp_compare.pairs]\n{entry_point}\n")
+
+
+def test_an_installed_package_offers_pairs_through_the_entry_point_group(user_folder):
+    install_fake_distribution(user_folder, "tiny-dist", "tiny = tiny_pairs:TINY")
     result = run_cli("list", pythonpath=user_folder)
     assert result.returncode == 0, result.stderr
     assert "tiny_tanh" in result.stdout and "Linear(6, 3)-tanh" in result.stdout
 
 
 def test_a_broken_entry_point_is_named_without_a_traceback(user_folder):
-    dist_info = user_folder / "broken_dist-0.1.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-dist\nVersion: 0.1\n")
-    (dist_info / "entry_points.txt").write_text("[dp_compare.pairs]\nbroken = tiny_pairs:MISSING\n")
+    install_fake_distribution(user_folder, "broken-dist", "broken = tiny_pairs:MISSING")
     result = run_cli("list", pythonpath=user_folder)
     assert result.returncode == 2
     assert "entry point 'broken' (tiny_pairs:MISSING) in group 'dp_compare.pairs'" in result.stderr
