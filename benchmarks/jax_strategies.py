@@ -10,7 +10,8 @@ computation alone: what n emulated devices cost on this machine before any trans
 dp_jax's grad is eager (jax.grad around `apply`: its strategies place arrays on devices, which a
 surrounding jit refuses), so on the default device count a diagnostic row compares it with an
 eager grad of the jitted single-device forward too. On the default device count each strategy also
-runs batch B-1 (uneven: the short last chunk runs as its own call), beside its even-batch row.
+runs batch B-1 (uneven: one switch program, the short last chunk computed on its rows alone),
+beside its even-batch row.
 """
 from __future__ import annotations
 
@@ -178,8 +179,9 @@ def run(ctx: Context) -> Section:
 
 def measure_uneven(section: Section, ctx: Context, devices: list) -> None:
     """Each strategy on batch B-1 (an uneven batch: the last chunk one row short) against jax.jit on
-    the same B-1 rows, beside the even batch B's rows: what running the short chunk as its own call
-    costs. Row label: the strategy with the batch, e.g. 'pmap, batch 127'."""
+    the same B-1 rows, beside the even batch B's rows: what the one switch program (the short chunk
+    computed on its rows alone) costs. Row label: the strategy with the batch, e.g.
+    'pmap, batch 127'."""
     if dp_jax_missing() or len(devices) < 2:
         return
     batch = ctx.batch_size - 1

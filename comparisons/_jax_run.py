@@ -51,7 +51,7 @@ def run_jax(pair: Any, flax_module: Any, variables: dict, inputs: tuple[np.ndarr
     label = f"jax:{strategy}"
     placement = _placement(wrapper, variables, x, out_and_grads, devices)
     plan = wrapper.last_plan
-    ran_apart = plan.pad_rows or plan.tail_replica is not None  # how the uneven batch ran, replica by replica
+    ran_apart = plan.pad_rows or plan.short_replica is not None  # how the uneven batch ran, replica by replica
     notes = [f"{label}: " + "; ".join(plan.describe().splitlines())] if ran_apart else []
     count = sum(leaf.size for leaf in jax.tree.leaves(variables["params"]))
     padded = len(plan.chunk_sizes) - 1 if plan.pad_rows else None

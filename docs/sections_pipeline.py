@@ -138,7 +138,7 @@ def _how(plan) -> str:
     """How the plan's replicas run, in a few words."""
     if plan.mapped_replicas == 0:
         return "one call per replica"
-    if plan.tail_replica is not None:
-        return (f"replicas 0..{plan.mapped_replicas - 1} in one program; replica {plan.tail_replica} "
-                "(short chunk) its own call")
+    if plan.short_replica is not None:
+        return (f"one program over replicas 0..{plan.mapped_replicas - 1}; replica {plan.short_replica} "
+                "computes its short chunk alone")
     return "one program over every replica" + ("; last chunk padded" if plan.pad_rows else "")

@@ -55,12 +55,14 @@ class DataParallel:
         replica 0's (a cheap, approximate SyncBatchNorm: the mean of per-chunk variances).
       axis_name: name the replica axis, so collectives in the model (BatchNorm(axis_name=...),
         lax.pmean) span every replica: true SyncBatchNorm. Not with 'explicit', nor with a batch
-        that splits into unequal chunks (the short chunk runs apart; the error names the fix).
-      uneven: 'exact' (default): every replica computes on exactly its torch chunk, a mapped
-        strategy running a short last chunk as its own call (one more dispatch, one compile per
-        tail shape). 'pad' (mapped strategies): pad the last chunk as a pmap port does, refusing
-        collections, rngs, collectives and outputs that do not grow with the chunk; a model that
-        mixes rows (BatchNorm, attention over the batch) still changes silently (docs/uneven_batches.md).
+        that splits into unequal chunks (a pmean would weigh the short chunk as a full one; the
+        error names the fix).
+      uneven: 'exact' (default): every replica computes on exactly its torch chunk; a mapped
+        strategy runs an uneven batch as one program in which the short last chunk's device
+        computes its rows alone (one compile per batch shape, as an even batch). 'pad' (mapped
+        strategies): pad the last chunk as a pmap port does, refusing collections, rngs,
+        collectives and outputs that do not grow with the chunk; a model that mixes rows
+        (BatchNorm, attention over the batch) still changes silently (docs/uneven_batches.md).
         'pad_unchecked': pad and refuse nothing, to measure what padding changes (the harness does).
     The variables placed on the devices are cached (last two, by leaf identity), so a second call
     with the same variables sends nothing; `.cache.clear()` frees them.
@@ -148,8 +150,8 @@ class DataParallel:
         """Send `variables` to the devices a batch of `batch_size` rows uses (default: all), ahead of apply.
 
         Transfers once; later calls with the same variables (and replica count) reuse the copies.
-        Returns the placed copies (a list per device for 'explicit'; for a mapped strategy a
-        MappedVariables: P()-replicated arrays, and a copy for a short last chunk's own call).
+        Returns the placed copies (a list per device for 'explicit'; for a mapped strategy one
+        P()-replicated array per leaf over the devices).
         """
         plan = self.plan(len(self.device_ids) if batch_size is None else batch_size)
         return place_variables(self.record, variables, plan, self.cache, self.axis_name or REPLICA_AXIS)

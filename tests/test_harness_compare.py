@@ -72,7 +72,7 @@ def test_batch_of_10_on_4_devices_passes_with_torch_chunks_and_replica_placement
     jax_params = report.placements["jax:explicit"].filter(role="param")
     assert {(r.replica, r.device) for r in jax_params} == {(i, f"cpu:{i}") for i in range(4)}
     assert not any("pads the last chunk" in note for note in report.notes)  # exact: no padding row
-    # DataParallel.placed shows the mapped strategy's replicas too, the short chunk's own call on cpu:3
+    # DataParallel.placed shows the mapped strategy's replicas too, the short chunk on cpu:3
     sharded = report.placements["jax:sharded"]
     assert {(r.replica, r.device) for r in sharded.filter(role="param")} == {(i, f"cpu:{i}") for i in range(4)}
     assert [r.size // 12 for r in sharded.filter(role="input")] == [3, 3, 3, 1]  # mlp rows have 12 features

@@ -126,4 +126,4 @@ def test_docs_strategies_snippets_run():
     namespace: dict = {}
     for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
         exec(compile(block, "docs/strategies.md", "exec"), namespace)
-    assert namespace["plan"].tail_replica == 2 and namespace["stats"]["batch_stats"]
+    assert namespace["plan"].short_replica == 2 and namespace["stats"]["batch_stats"]

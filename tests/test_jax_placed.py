@@ -12,6 +12,8 @@ from dp_jax import DataParallel, ReplicaPlacement
 
 STRATEGIES = dp_jax.STRATEGIES
 MAPPED = dp_jax.strategies.MAPPED_STRATEGIES
+# docs/strategies.md: pmap and sharded take a (replica, row) reshaped batch, shard_map the rows as they are
+MAPPED_LAYOUT_HAS_REPLICA_AXIS = {"pmap": 1, "sharded": 1, "shard_map": 0}
 
 
 def call_args(batch: int, seed: int):
@@ -60,17 +62,18 @@ def test_replica_i_holds_torch_rows_and_padding_only_when_asked(strategy, uneven
 
 
 @pytest.mark.parametrize("strategy", MAPPED)
-def test_the_short_chunk_runs_on_its_own_device_with_its_own_rows_and_a_copy_of_the_variables(strategy):
+def test_the_short_chunk_computes_on_its_own_device_from_its_own_rows_and_the_replicated_variables(strategy):
     model, variables, args, kwargs = call_args(11, seed=8)
     dp = DataParallel(lambda v, x, train, mask: model.apply(v, x, train) * mask, devices(4), strategy=strategy)
     placed = dp.placed(variables, *args, **kwargs)
     (x, _), replica_kwargs = placed.inputs_per_replica[3]
-    assert x.shape == (2, args[0].shape[1]) and x.devices() == {devices(4)[3]}  # rows 9, 10; no replica axis
-    np.testing.assert_array_equal(np.asarray(x), args[0][9:11])
-    np.testing.assert_array_equal(np.asarray(replica_kwargs["mask"]), kwargs["mask"][9:11])
+    replica_axis = MAPPED_LAYOUT_HAS_REPLICA_AXIS[strategy]  # as the other replicas of the same program
+    assert x.shape == (1,) * replica_axis + (2, args[0].shape[1]) and x.devices() == {devices(4)[3]}
+    np.testing.assert_array_equal(np.asarray(x).reshape(2, -1), args[0][9:11])  # rows 9, 10 only
+    np.testing.assert_array_equal(np.asarray(replica_kwargs["mask"]).reshape(2, -1), kwargs["mask"][9:11])
     assert_committed_to(placed.variables_per_replica[3], devices(4)[3])
     dp.apply(variables, *args, **kwargs)
-    assert (dp.cache.misses, dp.cache.hits) == (1, 1)  # the own call's copy is cached with the program's
+    assert (dp.cache.misses, dp.cache.hits) == (1, 1)  # placed() sent the variables once; apply reused them
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -31,27 +31,27 @@ def test_batch_of_5_on_4_devices_uses_3_replicas_each_on_its_own_rows(strategy):
 
 
 @pytest.mark.parametrize("strategy", MAPPED)
-def test_plan_says_the_short_chunk_runs_as_its_own_call(strategy):
+def test_plan_says_the_short_chunk_computes_its_rows_alone_in_the_one_program(strategy):
     plan = plan_shards(11, tuple(jax.devices()[:4]), strategy)
-    assert plan.tail_replica == 3 and plan.mapped_replicas == 3
+    assert plan.short_replica == 3 and plan.mapped_replicas == 4
     assert plan.describe().splitlines() == [
-        "replica 0 on cpu:0: rows 0..2 (one program over replicas 0..2)",
-        "replica 1 on cpu:1: rows 3..5 (one program over replicas 0..2)",
-        "replica 2 on cpu:2: rows 6..8 (one program over replicas 0..2)",
-        "replica 3 on cpu:3: rows 9..10 (own call, short chunk)",
+        "replica 0 on cpu:0: rows 0..2 (one program over replicas 0..3)",
+        "replica 1 on cpu:1: rows 3..5 (one program over replicas 0..3)",
+        "replica 2 on cpu:2: rows 6..8 (one program over replicas 0..3)",
+        "replica 3 on cpu:3: rows 9..10 (one program over replicas 0..3, short chunk: its rows alone)",
     ]
 
 
 def test_explicit_plan_runs_every_replica_as_its_own_call():
     plan = plan_shards(11, tuple(jax.devices()[:4]), "explicit")
-    assert plan.tail_replica is None and plan.mapped_replicas == 0
+    assert plan.short_replica is None and plan.mapped_replicas == 0
     assert plan.describe().splitlines()[3] == "replica 3 on cpu:3: rows 9..10 (own call)"
 
 
 @pytest.mark.parametrize("strategy", MAPPED)
 def test_pad_mode_plan_pads_the_last_chunk_and_says_so(strategy):
     plan = plan_shards(5, tuple(jax.devices()[:4]), strategy, uneven="pad")
-    assert plan.padded_size == 6 and plan.pad_rows == 1 and plan.tail_replica is None
+    assert plan.padded_size == 6 and plan.pad_rows == 1 and plan.short_replica is None
     assert (plan.describe().splitlines()[-1]
             == "replica 2 on cpu:2: rows 4..4 (one program over replicas 0..2, +1 padding row)")
 
@@ -70,8 +70,9 @@ def test_plan_keeps_torch_chunks_and_pads_only_the_last_only_when_asked(batch, n
     short = plan.chunk_sizes[-1] < chunk
     expected_pad = chunk - plan.chunk_sizes[-1] if uneven == "pad" else 0
     assert plan.pad_rows == expected_pad and plan.padded_size == batch + expected_pad
-    own_calls = len(plan.devices) if strategy == "explicit" else int(short and uneven == "exact")
-    assert plan.mapped_replicas == len(plan.devices) - own_calls
+    assert plan.mapped_replicas == (0 if strategy == "explicit" else len(plan.devices))
+    assert plan.short_replica == (len(plan.devices) - 1 if short and uneven == "exact" and strategy != "explicit"
+                                  else None)
 
 
 def test_dataparallel_reports_the_plan_it_ran():
@@ -79,7 +80,7 @@ def test_dataparallel_reports_the_plan_it_ran():
     dp = DataParallel(model, [0, 1, 2, 3], strategy="pmap")
     dp.apply(variables, x)
     assert dp.last_plan == dp.plan(5)
-    assert dp.last_plan.tail_replica == 2 and dp.last_plan.devices == tuple(jax.devices()[:3])
+    assert dp.last_plan.short_replica == 2 and dp.last_plan.devices == tuple(jax.devices()[:3])
 
 
 # --- refusals ----------------------------------------------------------------------------------
@@ -219,7 +220,7 @@ def test_cache_keys_the_devices_batch_8_then_5_on_4_devices(strategy):
     assert (dp.cache.misses, dp.cache.hits) == (2, 0)
 
 
-@pytest.mark.parametrize("batch", [8, 7])  # 7 on 4: chunks 2, 2, 2, 1, the last one its own call
+@pytest.mark.parametrize("batch", [8, 7])  # 7 on 4: chunks 2, 2, 2, 1, the last one short
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_gathering_scalars_warns_as_torch_and_returns_one_value_per_replica(strategy, batch):
     rng = np.random.default_rng(14 + batch)

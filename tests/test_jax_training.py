@@ -95,6 +95,16 @@ def test_jit_of_grad_through_apply_equals_the_single_device_gradient(strategy):
     close(updates, ref_stats)  # chunk 0's statistics, as torch's replica 0 keeps
 
 
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_an_output_that_does_not_grow_with_the_chunk_is_gathered_whole_under_jit(strategy):
+    # a.mean(0) is 3 values per replica whatever the chunk; with 3 features the full chunk's 3 rows
+    # coincide with them, and the short chunk's 3 values must not be cut to its 2 rows
+    a = np.arange(33, dtype=np.float32).reshape(11, 3)
+    out = jax.jit(dp_jax.DataParallel(lambda v, a: a.mean(0), devices(N), strategy=strategy).apply)({}, a)
+    expected = np.concatenate([a[rows].mean(0) for rows in torch_chunks(11, N)])
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-6)
+
+
 def test_dropout_under_jit_draws_replica_i_from_fold_in_key_i():
     model, variables, x = make("mlp", 7, seed=5)
     key = jax.random.key(9)

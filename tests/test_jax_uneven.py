@@ -7,6 +7,8 @@ entering a computation changes every row of that chunk.
 """
 from __future__ import annotations
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -146,7 +148,7 @@ def test_batchnorm_training_and_dropout_equal_explicit_bitwise_many(case, batch,
 
 def check_flax(case, batch, n, strategy, sync, seed):
     # BatchNorm statistics: replica 0's, or (sync) the mean over all k replicas, the short one included;
-    # dropout: replica i draws with fold_in(key, i), the short chunk's own call too
+    # dropout: replica i draws with fold_in(key, i), the short chunk's replica too
     name, mode = case
     out, collections = run_flax(name, batch, n, strategy, mode, seed, sync)
     expected_out, expected_collections = run_flax(name, batch, n, "explicit", mode, seed, sync)
@@ -188,13 +190,41 @@ def test_collectives_over_a_ragged_batch_raise_naming_batch_strategy_and_fix(str
         dp.apply(variables, x, True, mutable=["batch_stats"])
 
 
+UNUSED_WIDTHS = itertools.count(41)  # feature widths no other test uses: every count starts cold
+
+
+def first_call_compiles(strategy: str, batch: int, features: int, as_jax: bool) -> int:
+    """Programs compiled by the first call of a fresh model on a fresh shape (nothing cached before it)."""
+    from _helpers_jax import counting_compiles
+
+    def center(v, a):  # a new function object: its programs are compiled anew
+        return (a - a.mean(0)) * v["w"]
+
+    x = np.random.default_rng(batch).standard_normal((batch, features)).astype(np.float32)
+    x = jax.device_put(x, jax.devices()[0]) if as_jax else x
+    variables = {"w": jax.device_put(np.ones(features, np.float32), jax.devices()[0])}
+    with counting_compiles() as compiles:
+        jax.block_until_ready(DataParallel(center, [0, 1, 2, 3], strategy=strategy).apply(variables, x))
+    return compiles.count
+
+
+@pytest.mark.parametrize("as_jax", [True, False], ids=["jax_inputs", "numpy_inputs"])
 @pytest.mark.parametrize("strategy", MAPPED)
-def test_an_uneven_batch_costs_one_own_call_compiled_once_per_tail_shape(strategy):
+def test_an_uneven_batch_compiles_at_most_one_program_more_than_an_even_one(strategy, as_jax):
+    # issue 10's cost rule: at most one more compile (and dispatch) per distinct tail shape. Each count
+    # starts cold (new function, new feature width), so the uneven call cannot borrow the even one's programs
+    even = first_call_compiles(strategy, 16, next(UNUSED_WIDTHS), as_jax)
+    uneven = first_call_compiles(strategy, 15, next(UNUSED_WIDTHS), as_jax)  # 4, 4, 4, 3
+    assert uneven <= even + 1, (even, uneven)
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_an_uneven_batch_compiles_once_per_tail_shape(strategy):
     from _helpers_jax import counting_compiles
 
     fn = ROW_MIXING[("center", 0)]
     variables, dp = variables_for("center", 22), DataParallel(fn, [0, 1, 2, 3], strategy=strategy)
-    dp.apply(variables, batch_at(0, 15, 23))  # 4, 4, 4, 3: the program on 3 devices and one own call
+    dp.apply(variables, batch_at(0, 15, 23))  # 4, 4, 4, 3
     with counting_compiles() as again:
         dp.apply(variables, batch_at(0, 15, 24))
     assert again.count == 0

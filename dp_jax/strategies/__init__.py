@@ -6,12 +6,14 @@
 - 'sharded': `jax.jit` of `jax.vmap` over a (replica, row) reshaped batch sharded with NamedSharding;
   vmap keeps each replica's computation (BatchNorm statistics, dropout) its own.
 - 'shard_map': `jax.jit(jax.shard_map(..., check_vma=False))`, the per-device view.
-Every strategy computes on exactly torch's chunks: on an uneven batch the mapped three run the
-full chunks as one program and the short last chunk as its own call (see ShardPlan). With
-uneven='pad' they pad the last chunk instead, as a pmap port does, and refuse what that visibly changes.
+Every strategy computes on exactly torch's chunks: on an uneven batch the mapped three run one
+program in which each device computes its own chunk, the short last one on its rows alone
+(`switch`; see ShardPlan). With uneven='pad' they pad the last chunk instead, as a pmap port
+does, and refuse what that visibly changes.
 
 Layout: `table` (one `Strategy` record per name, the mapped programs' builders), `plan`
-(ShardPlan: who runs which rows, and how), `inputs` (split, cut and place the batch), `padding`
+(ShardPlan: who runs which rows, and how), `inputs` (split, lay out and place the batch), `switch`
+(the program of an uneven batch), `traced` (a mapped strategy inside jax.jit), `padding`
 (what uneven='pad' refuses), `unpad` (gather the mapped outputs), `cache` (placed variables),
 `explicit` and `mapped` (the two ways to run).
 """
@@ -23,7 +25,6 @@ from typing import Any
 from dp_jax.strategies import explicit, mapped
 from dp_jax.strategies.cache import ReplicaCache
 from dp_jax.strategies.call import StrategyCall, StrategyResult, reduce_collections, replica_keys
-from dp_jax.strategies.mapped import MappedVariables
 from dp_jax.strategies.mesh import REPLICA_AXIS
 from dp_jax.strategies.plan import UNEVEN_MODES, ReplicaPlacement, ShardPlan, check_uneven, plan_shards
 from dp_jax.strategies.table import MAPPED_STRATEGIES, STRATEGIES, Strategy, lookup
@@ -75,9 +76,8 @@ def place_variables(strategy: Strategy | str, variables: Any, plan: ShardPlan, c
                     axis_name: str = REPLICA_AXIS) -> Any:
     """The variables as `strategy` uses them for `plan`'s replicas, sent once while `cache` holds them.
 
-    'explicit': dp_jax.replicate's list of per-device copies; mapped strategies: a MappedVariables
-    (one array per leaf replicated with a P() NamedSharding over the program's devices, and a copy
-    on the device of a short last chunk that runs as its own call).
+    'explicit': dp_jax.replicate's list of per-device copies; mapped strategies: one array per leaf
+    replicated with a P() NamedSharding over the program's devices.
     """
     record = strategy if isinstance(strategy, Strategy) else lookup(strategy)
     return _RUNNERS[record.mapped].place_variables(record, variables, plan, cache, axis_name)
@@ -89,7 +89,7 @@ def _record(strategy: Strategy | str, call: StrategyCall) -> Strategy:
 
 
 __all__ = [
-    "MAPPED_STRATEGIES", "REPLICA_AXIS", "STRATEGIES", "UNEVEN_MODES", "MappedVariables", "ReplicaCache",
+    "MAPPED_STRATEGIES", "REPLICA_AXIS", "STRATEGIES", "UNEVEN_MODES", "ReplicaCache",
     "ReplicaPlacement", "ShardPlan", "check_uneven",
     "Strategy", "StrategyCall", "StrategyResult", "lookup", "place_call", "place_variables", "plan_shards",
     "reduce_collections", "replica_keys", "run_strategy",

@@ -1,4 +1,4 @@
-"""Inputs of the mapped strategies: split args/kwargs into batched arrays and static values, cut, pad, place.
+"""Inputs of the mapped strategies: split args/kwargs into batched arrays and static values, lay out, place.
 
 Arrays (jax or numpy) are split along `dim` like torch splits tensors; every other leaf (a bool
 `train` flag, a string) is passed to every replica unchanged and is part of the compile key, so
@@ -6,7 +6,6 @@ it must be hashable.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -18,6 +17,7 @@ from dp_jax._batch import common_batch, labelled_leaves
 from dp_jax._devices import is_array_leaf
 from dp_jax.strategies.mesh import spec_at
 from dp_jax.strategies.plan import ShardPlan
+from dp_jax.strategies.switch import lay_out_slots
 
 
 class SplitArgs(NamedTuple):
@@ -83,43 +83,19 @@ def split_replica_axis(x: Any, axis: int, replicas: int) -> Any:
     return x.reshape(shape[:axis] + (replicas, shape[axis] // replicas) + shape[axis + 1 :])
 
 
-def cut_for(split: SplitArgs, plan: ShardPlan) -> tuple[SplitArgs, SplitArgs | None]:
-    """(the program's rows, the short last chunk's rows) of every array; (split, None) without an own call.
-
-    numpy arrays are cut as views; jax arrays by one small jitted program per shape (one dispatch).
-    """
-    if plan.tail_replica is None:
-        return split, None
-    rows = plan.mapped_replicas * plan.shard_size
-    is_jax = [isinstance(x, jax.Array) for x in split.arrays]
-    cut_jax = iter(_cut([x for x, j in zip(split.arrays, is_jax) if j],
-                        tuple(a for a, j in zip(split.axes, is_jax) if j), rows))
-    pieces = [next(cut_jax) if j else np.split(x, [rows], axis=axis)
-              for x, axis, j in zip(split.arrays, split.axes, is_jax)]
-    return split._replace(arrays=[head for head, _ in pieces]), split._replace(arrays=[tail for _, tail in pieces])
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2))
-def _cut(arrays: list[Any], axes: tuple[int, ...], rows: int) -> list[tuple[Any, Any]]:
-    return [tuple(jnp.split(x, [rows], axis=axis)) for x, axis in zip(arrays, axes)]
-
-
 def place_arrays(split: SplitArgs, plan: ShardPlan, mesh: Any, name: str, stacked: bool) -> list[Any]:
-    """The arrays of the mapped program's replicas, padded if the plan pads, optionally reshaped to
-    (replicas, c), sharded over `mesh`.
+    """The program's input arrays, one block of c rows per replica, sharded over `mesh` on `name`.
 
-    Copies: the padded array (if padding) and one host-to-device or device-to-device transfer.
+    An uneven batch (uneven='exact') is laid out in slots, zeros past the batch that no replica
+    reads (switch.py); a padded one repeats its last row (uneven='pad'); `stacked` reshapes the
+    rows to (replicas, c) at the axis. Costs: one transfer per array, and for JAX arrays one
+    dispatch to lay out an uneven batch (or to reshape an even one when stacked).
     """
-    replicas, rows = plan.mapped_replicas, plan.mapped_replicas * plan.shard_size
-    placed = []
-    for x, axis in zip(split.arrays, split.axes):  # (the program's rows only: see cut_for)
-        x = pad_to(x, axis, rows)
+    replicas, c = len(plan.devices), plan.shard_size
+    if plan.short_replica is not None:
+        arrays = lay_out_slots(split.arrays, tuple(split.axes), replicas, c, stacked)
+    else:
+        arrays = [pad_to(x, axis, replicas * c) for x, axis in zip(split.arrays, split.axes)]
         if stacked:
-            x = split_replica_axis(x, axis, replicas)
-        placed.append(jax.device_put(x, NamedSharding(mesh, spec_at(axis, name))))
-    return placed
-
-
-def place_tail(tail: SplitArgs, plan: ShardPlan) -> list[Any]:
-    """The short last chunk's arrays (from cut_for), committed to its device, as scatter places a chunk."""
-    return jax.device_put(tail.arrays, plan.devices[plan.tail_replica])
+            arrays = [split_replica_axis(x, axis, replicas) for x, axis in zip(arrays, split.axes)]
+    return [jax.device_put(x, NamedSharding(mesh, spec_at(axis, name))) for x, axis in zip(arrays, split.axes)]

@@ -76,14 +76,14 @@ def check_outputs_grow(replica_fn: Any, variables: Any, split: SplitArgs, plan: 
 
 
 def check_ragged_collectives(plan: ShardPlan, axis_name: str | None, who: str, n_devices: int) -> None:
-    """Raise for collectives (axis_name) when the short last chunk runs apart from the program."""
-    if axis_name is None or plan.tail_replica is None:
+    """Raise for collectives (axis_name) over unequal chunks: a pmean would weigh the short chunk as a full one."""
+    if axis_name is None or plan.short_replica is None:
         return
     raise ValueError(
         f"{who}: a batch of {plan.batch_size} rows on {n_devices} devices splits into unequal chunks "
-        f"{', '.join(map(str, plan.chunk_sizes))}, so the short last chunk runs as its own call, outside the "
-        f"program whose replicas axis_name={axis_name!r} binds: collectives (BatchNorm(axis_name=...), "
-        f"lax.pmean) cannot span it exactly; use {_even_sizes(plan, n_devices)}, or drop axis_name "
+        f"{', '.join(map(str, plan.chunk_sizes))}, and collectives over axis_name={axis_name!r} "
+        f"(BatchNorm(axis_name=...), lax.pmean) would weigh the short chunk as a full one; use "
+        f"{_even_sizes(plan, n_devices)}, or drop axis_name "
         "(sync_collections=True averages the per-chunk statistics of every replica instead)"
     )
 

@@ -3,9 +3,9 @@
 Every strategy keeps torch's chunking: chunk size ceil(B / n), and only as many replicas as there
 are chunks (batch 5 on 4 devices: 2, 2, 1 on three devices), replica i on torch's rows
 i*c .. i*c+c-1. By default (uneven='exact') every replica computes on exactly its chunk: a mapped
-strategy runs the equal full chunks as one program and a short last chunk as its own call on its
-device. With uneven='pad' a mapped strategy instead pads the last chunk up to c rows by repeating
-its last row (what a hand-written pmap port does) and drops those rows before gathering.
+strategy runs all of them as one program, the short last chunk on its own rows alone (switch.py).
+With uneven='pad' a mapped strategy instead pads the last chunk up to c rows by repeating its last
+row (what a hand-written pmap port does) and drops those rows before gathering.
 """
 from __future__ import annotations
 
@@ -52,8 +52,9 @@ class ShardPlan(NamedTuple):
         return self.chunk_sizes[0] if self.chunk_sizes else 0
 
     @property
-    def tail_replica(self) -> int | None:
-        """The replica a mapped strategy runs as its own call (its chunk is short, uneven='exact'), or None."""
+    def short_replica(self) -> int | None:
+        """The replica whose chunk is short and that a mapped program computes on its rows alone
+        (uneven='exact'), or None (equal chunks, padding, or 'explicit': every chunk its own call)."""
         short = bool(self.chunk_sizes) and self.chunk_sizes[-1] < self.shard_size
         if short and not self.pad_rows and lookup(self.strategy).mapped:
             return len(self.chunk_sizes) - 1
@@ -61,10 +62,8 @@ class ShardPlan(NamedTuple):
 
     @property
     def mapped_replicas(self) -> int:
-        """How many replicas one mapped program runs (0 for 'explicit': every replica is its own call)."""
-        if not lookup(self.strategy).mapped:
-            return 0
-        return len(self.devices) - (self.tail_replica is not None)
+        """How many replicas one mapped program runs: all of them (0 for 'explicit': one call per replica)."""
+        return len(self.devices) if lookup(self.strategy).mapped else 0
 
     def rows(self, replica: int) -> range:
         """The input rows (original indices, padding excluded) that `replica` computes on."""
@@ -72,15 +71,18 @@ class ShardPlan(NamedTuple):
         return range(start, start + self.chunk_sizes[replica])
 
     def how(self, replica: int) -> str:
-        """How `replica` runs: "own call", "own call, short chunk", "program over replicas 0..2", padding."""
+        """How `replica` runs: "own call", "one program over replicas 0..3" (+ the short chunk or padding)."""
         if replica >= self.mapped_replicas:
-            return "own call, short chunk" if replica == self.tail_replica else "own call"
-        pad = self.pad_rows if replica == len(self.devices) - 1 else 0
+            return "own call"
         program = f"one program over replicas 0..{self.mapped_replicas - 1}"
+        if replica == self.short_replica:
+            return program + ", short chunk: its rows alone"
+        pad = self.pad_rows if replica == len(self.devices) - 1 else 0
         return program + (f", +{pad} padding row{'s' if pad > 1 else ''}" if pad else "")
 
     def describe(self) -> str:
-        """One line per replica, e.g. "replica 3 on cpu:3: rows 9..10 (own call, short chunk)"."""
+        """One line per replica, e.g. "replica 3 on cpu:3: rows 9..10 (one program over replicas 0..3, short
+        chunk: its rows alone)"."""
         lines = []
         for i, device in enumerate(self.devices):
             rows = self.rows(i) if self.chunk_sizes else range(0)
@@ -99,7 +101,7 @@ class ReplicaPlacement(NamedTuple):
       plan: the ShardPlan (devices, torch chunk sizes, how each replica runs).
     For the replicas of a mapped program the arrays are per-device views (`addressable_shards`) of
     the global arrays the program takes, and 'pmap'/'sharded' inputs keep their size-1 replica axis
-    at `dim`; a short last chunk run as its own call holds plain committed arrays of its own rows.
+    at `dim`; the short last chunk's replica holds its own rows (a slice of the slot it computes from).
     """
 
     variables_per_replica: list[Any]

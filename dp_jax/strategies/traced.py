@@ -7,34 +7,29 @@ program comes to torch's "gathered on output_device"; `jax.device_put(out, devic
 commits it to one device).
 
 Chunks are torch's, and no padding row enters a computation. An even batch (`B == n*c`) runs
-through the strategy's own program builder. Any other batch runs as one `shard_map` over the mesh
-in which device i computes its own chunk: a full chunk, the short last chunk (its rows alone), or
-nothing (batch 5 on 4 devices leaves device 3 idle) — selected per device by `lax.switch` on the
-replica index. The batch is laid out in slots of c rows per device; the short chunk's empty slots
-are zeros that no branch reads. Outputs are gathered without them.
+through the strategy's own program builder; any other batch through the per-device switch program
+of switch.py (device i computes a full chunk, the short chunk's rows alone, or nothing: batch 5 on
+4 devices leaves device 3 idle). Outputs are gathered without the short chunk's filled rows.
 """
 from __future__ import annotations
 
-import functools
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dp_jax._devices import require_distinct
 from dp_jax.scatter_gather import SCALAR_GATHER_WARNING, chunk_sizes
-from dp_jax.strategies.call import ReplicaFn, StrategyCall, replica_keys
-from dp_jax.strategies.inputs import SplitArgs, split_args
+from dp_jax.strategies.call import StrategyCall, replica_keys
+from dp_jax.strategies.inputs import split_args
+from dp_jax.strategies.mapped import program_for
 from dp_jax.strategies.mesh import mesh_of, spec_at
+from dp_jax.strategies.switch import Filled, lay_out_slots
 from dp_jax.strategies.table import MAPPED_STRATEGIES, Strategy
-
-FULL, SHORT, IDLE = 0, 1, 2  # what device i computes: a full chunk, the short last chunk, nothing
 
 
 def is_traced(*trees: Any) -> bool:
@@ -80,29 +75,15 @@ def run(record: Strategy, call: StrategyCall) -> tuple[Any, Any]:
     if keys is not None:
         keys = lax.with_sharding_constraint(keys, NamedSharding(mesh, P(name)))
     even = len(sizes) == n and sizes[0] * n == batch
-    arrays = [_layout(x, axis, n, sizes[0], record.layout if even else "stacked") for x, axis in
-              zip(split.arrays, split.axes)]
+    arrays = lay_out_slots(split.arrays, tuple(split.axes), n, sizes[0], record.layout == "stacked")
     arrays = [lax.with_sharding_constraint(x, NamedSharding(mesh, spec_at(axis, name)))
               for x, axis in zip(arrays, split.axes)]
-    program = _program(record if even else None, call.replica_fn, split.treedef, split.static, tuple(split.axes),
-                       call.devices, name, sizes, call.dim)
-    stacked_out, stacked_collections = program(variables, arrays, keys)
-    output = gather_stacked(stacked_out, sizes, call.dim, who)
+    program = program_for(record, call.replica_fn, split.treedef, split.static, tuple(split.axes), call.devices,
+                          name, call.dim, who, None if even else sizes)
+    (stacked_out, stacked_collections), filled = program(variables, arrays, keys)
+    output = gather_stacked(stacked_out, sizes, call.dim, who, filled)
     output = lax.with_sharding_constraint(output, NamedSharding(mesh, P()))
     return output, _collections(stacked_collections, len(sizes), call.sync_collections)
-
-
-def _layout(x: Any, axis: int, n: int, c: int, layout: str) -> Any:
-    """`x` as the program takes it: as is ('rows'), or n slots of c rows at `axis` ('stacked';
-    zeros fill the slots past the batch, which no replica reads)."""
-    if layout == "rows":
-        return x
-    missing = n * c - x.shape[axis]
-    if missing:
-        widths = [(0, 0)] * x.ndim
-        widths[axis] = (0, missing)
-        x = jnp.pad(x, widths)
-    return x.reshape(x.shape[:axis] + (n, c) + x.shape[axis + 1:])
 
 
 def _collections(stacked: Any, replicas: int, sync: bool) -> Any:
@@ -114,12 +95,13 @@ def _collections(stacked: Any, replicas: int, sync: bool) -> Any:
     return jax.tree.map(pick, stacked)
 
 
-def gather_stacked(stacked: Any, sizes: tuple[int, ...], dim: int, who: str) -> Any:
-    """Concatenate replicas 0..k-1 of every (n, ...) leaf along `dim`, dropping the short chunk's
-    empty rows: torch's gather, in a trace. A scalar per replica becomes a vector (with torch's warning)."""
-    k, c = len(sizes), sizes[0]
+def gather_stacked(stacked: Any, sizes: tuple[int, ...], dim: int, who: str, filled: Filled | None) -> Any:
+    """Concatenate replicas 0..k-1 of every (n, ...) leaf along `dim`, dropping the short chunk's filled
+    rows (leaves `filled` marks): torch's gather, in a trace. A scalar per replica becomes a vector
+    (with torch's warning)."""
+    k = len(sizes)
 
-    def gather(path, leaf):
+    def gather(path, leaf, grew):
         per_replica = leaf.shape[1:]
         if not per_replica:
             if dim != 0:
@@ -130,81 +112,7 @@ def gather_stacked(stacked: Any, sizes: tuple[int, ...], dim: int, who: str) -> 
         axis = dim % len(per_replica)
         moved = jnp.moveaxis(leaf[:k], 0, axis)
         merged = moved.reshape(moved.shape[:axis] + (-1,) + moved.shape[axis + 2:])
-        if sizes[-1] == c or per_replica[axis] != c:  # nothing to drop: equal chunks, or not per row
-            return merged
-        return lax.slice_in_dim(merged, 0, sum(sizes), axis=axis)
-    return jax.tree_util.tree_map_with_path(gather, stacked)
-
-
-@functools.lru_cache(maxsize=256)
-def _program(record: Strategy | None, replica_fn: ReplicaFn, treedef: Any, static: tuple, axes: tuple[int, ...],
-             devices: tuple[jax.Device, ...], name: str, sizes: tuple[int, ...], dim: int) -> Callable:
-    """(variables, arrays, keys) -> stacked (outputs, collections): the record's program for an even
-    batch (record given), else the per-device switch over FULL / SHORT / IDLE chunks."""
-    split = SplitArgs(treedef, static, [], [])
-
-    def replica(variables, arrays, rngs):
-        args, kwargs = split.rebuild(arrays)
-        return replica_fn(variables, rngs, args, kwargs)
-
-    if record is not None:
-        return record.build(replica, axes, devices, name)
-    n = len(devices)
-    kinds = np.array([FULL if s == sizes[0] else SHORT for s in sizes] + [IDLE] * (n - len(sizes)), np.int32)
-    one_block = _switch_block(replica, axes, sizes, dim, kinds, name)
-    in_specs = (P(), [spec_at(a, name) for a in axes], P(name))
-    return jax.shard_map(one_block, mesh=mesh_of(devices, name), in_specs=in_specs, out_specs=P(name),
-                         check_vma=False)
-
-
-def _switch_block(replica: Callable, axes: tuple[int, ...], sizes: tuple[int, ...], dim: int, kinds: np.ndarray,
-                  name: str) -> Callable:
-    """One device's block: its slot of c rows, computed as a full chunk, the short chunk's rows alone, or not at all."""
-    c, short = sizes[0], sizes[-1]
-
-    def one_block(variables, arrays, rngs):
-        rngs = None if rngs is None else jax.tree.map(lambda k: k[0], rngs)
-        arrays = [jnp.squeeze(x, axis) for x, axis in zip(arrays, axes)]
-        full_shapes = jax.eval_shape(replica, variables, arrays, rngs)
-
-        def full(variables, arrays, rngs):
-            return replica(variables, arrays, rngs)
-
-        def short_chunk(variables, arrays, rngs):
-            rows = [lax.slice_in_dim(x, 0, short, axis=axis) for x, axis in zip(arrays, axes)]
-            out, collections = replica(variables, rows, rngs)
-            return _fill_like(out, full_shapes[0], dim, c, short), collections
-
-        def idle(variables, arrays, rngs):
-            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), full_shapes)
-
-        branches = [full, short_chunk, idle]
-        present = sorted(set(kinds.tolist()))
-        if present == [FULL]:
-            result = full(variables, arrays, rngs)
-        else:
-            index = jnp.asarray(kinds)[lax.axis_index(name)]
-            result = lax.switch(index, branches, variables, arrays, rngs)
-        return jax.tree.map(lambda leaf: leaf[None], result)
-    return one_block
-
-
-def _fill_like(out: Any, like: Any, dim: int, c: int, short: int) -> Any:
-    """The short chunk's outputs grown to a full chunk's shapes with zero rows after its own along `dim`
-    (slots for the stacked result; gather_stacked drops them). Raises for a shape that differs elsewhere."""
-    def fill(path, leaf, spec):
-        if leaf.shape == spec.shape:
-            return leaf
-        axis = dim % leaf.ndim if leaf.ndim else None
-        grows = (axis is not None and leaf.ndim == len(spec.shape) and leaf.shape[axis] == short
-                 and spec.shape[axis] == c
-                 and all(a == b for i, (a, b) in enumerate(zip(leaf.shape, spec.shape)) if i != axis))
-        if not grows:
-            raise ValueError(
-                f"output{jax.tree_util.keystr(path)} has shape {tuple(leaf.shape)} for the short chunk ({short} rows) "
-                f"but {tuple(spec.shape)} for a full chunk ({c} rows); shapes must match in every dimension "
-                f"except dim={dim} (the one gathered)")
-        widths = [(0, 0)] * leaf.ndim
-        widths[axis] = (0, c - short)
-        return jnp.pad(leaf, widths)
-    return jax.tree_util.tree_map_with_path(fill, out, like)
+        return lax.slice_in_dim(merged, 0, sum(sizes), axis=axis) if grew else merged
+    paths_and_leaves, treedef = jax.tree_util.tree_flatten_with_path(stacked)
+    grown = filled.leaves if filled is not None else (False,) * len(paths_and_leaves)
+    return treedef.unflatten([gather(path, leaf, grew) for (path, leaf), grew in zip(paths_and_leaves, grown)])
