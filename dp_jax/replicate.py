@@ -21,10 +21,15 @@ def replicate(variables: Any, devices: Sequence[DeviceLike]) -> list[Any]:
 
     Transfers each array (no compile). Replica 0 reuses the original arrays that are already
     committed to devices[0] (the same objects) and the buffers of uncommitted ones that live there;
-    replicas 1.. are fresh copies, even on a repeated device. Non-array leaves are shared by reference.
+    replicas 1.. are fresh copies of replica 0, even on a repeated device. Non-array leaves are
+    shared by reference.
     """
     devices = resolve_devices(devices)
-    return [_place_tree(variables, device, fresh_copy=i > 0) for i, device in enumerate(devices)]
+    first = _place_tree(variables, devices[0], fresh_copy=False)
+    # The others copy replica 0, as torch broadcasts from device_ids[0]: every replica's gradient
+    # then flows back through devices[0]. Copied from an uncommitted source (numpy variables under
+    # jax.grad), each replica's gradient would stay on its own device and their sum would fail.
+    return [first] + [_place_tree(first, device, fresh_copy=True) for device in devices[1:]]
 
 
 def _place_tree(tree: Any, device: jax.Device, *, fresh_copy: bool) -> Any:

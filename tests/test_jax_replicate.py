@@ -84,6 +84,34 @@ def test_gradient_through_replicate_sums_replica_gradients_onto_the_original_dev
     np.testing.assert_allclose(np.asarray(grad), 2 * sum(coefficients) * np.asarray(weight), rtol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["numpy", "uncommitted"])
+def test_gradient_through_replicate_of_uncommitted_variables_lands_on_device_0(kind):
+    # jax.grad makes numpy variables uncommitted arrays; their replicas' gradients used to stay on
+    # each replica's device, and summing them raised JAX's "incompatible devices"
+    values = np.random.default_rng(len(kind)).normal(size=(3,)).astype(np.float32)
+    weight = values if kind == "numpy" else jnp.asarray(values)
+    coefficients = [1.0, -2.0, 0.5]
+
+    def loss(weight):
+        replicas = dp_jax.replicate({"w": weight}, devices(3))
+        return sum(jax.device_put(c * jnp.sum(r["w"] ** 2), devices(1)[0]) for c, r in zip(coefficients, replicas))
+
+    grad = jax.grad(loss)(weight)
+    assert grad.devices() == {devices(1)[0]}
+    np.testing.assert_allclose(np.asarray(grad), 2 * sum(coefficients) * values, rtol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", dp_jax.STRATEGIES)
+def test_eager_grad_through_every_strategy_takes_numpy_variables(strategy):
+    rng = np.random.default_rng(7)
+    variables = {"w": rng.normal(size=(3, 2)).astype(np.float32)}
+    x = rng.normal(size=(5, 3)).astype(np.float32)
+    dp = dp_jax.DataParallel(lambda v, a: jnp.tanh(a @ v["w"]), devices(4), strategy=strategy)
+    grad = jax.grad(lambda v: dp.apply(v, x).sum())(variables)
+    expected = jax.grad(lambda v: jnp.tanh(x @ v["w"]).sum())(variables)
+    np.testing.assert_allclose(np.asarray(grad["w"]), np.asarray(expected["w"]), rtol=1e-5, atol=1e-6)
+
+
 def test_replicate_to_no_devices_says_pass_at_least_one():
     with pytest.raises(ValueError, match=r"devices is empty"):
         dp_jax.replicate({"w": jnp.ones(2)}, [])
