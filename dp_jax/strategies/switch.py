@@ -59,9 +59,11 @@ def _jax_slots(arrays: list[Any], axes: tuple[int, ...], replicas: int, c: int, 
 
 
 def _slots(xp: Any, x: Any, axis: int, replicas: int, c: int, stacked: bool) -> Any:
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, replicas * c - x.shape[axis])
-    x = xp.pad(x, widths)
+    missing = replicas * c - x.shape[axis]
+    if missing:
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, missing)
+        x = xp.pad(x, widths)
     return x.reshape(x.shape[:axis] + (replicas, c) + x.shape[axis + 1:]) if stacked else x
 
 
@@ -101,7 +103,7 @@ def _switch_block(replica: Replica, axes: tuple[int, ...], sizes: tuple[int, ...
         def short_chunk(variables, arrays, rngs):
             rows = [lax.slice_in_dim(x, 0, short, axis=axis) for x, axis in zip(arrays, axes)]
             out, collections = replica(variables, rows, rngs)
-            return _fill(out, filled, dim, c, short), collections
+            return _fill(out, filled, dim, c), collections
 
         def idle(variables, arrays, rngs):
             return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), full_shapes)
@@ -142,12 +144,18 @@ def _filled(short_out: Any, full_out: Any, dim: int, c: int, short: int, replica
     return Filled(tuple(flags))
 
 
-def _fill(out: Any, filled: Filled, dim: int, c: int, short: int) -> Any:
-    """The short chunk's outputs with zero rows after its own along `dim` where `filled` says so."""
+def _fill(out: Any, filled: Filled, dim: int, c: int) -> Any:
+    """The short chunk's outputs written into zeros of a full chunk's rows along `dim` where `filled` says so.
+
+    Not `jnp.pad`: XLA fuses a pad (or an update of known zeros, which it turns into one) with the
+    model's last elementwise op, whose loop then runs over c rows and can round differently (1 ulp)
+    from explicit's call on the short chunk. Zeros behind a barrier keep the model's output its own.
+    """
     leaves, treedef = jax.tree_util.tree_flatten(out)
 
     def fill(leaf: Any) -> Any:
-        widths = [(0, 0)] * leaf.ndim
-        widths[dim % leaf.ndim] = (0, c - short)
-        return jnp.pad(leaf, widths)
+        shape = list(leaf.shape)
+        shape[dim % leaf.ndim] = c
+        zeros = lax.optimization_barrier(jnp.zeros(shape, leaf.dtype))
+        return lax.dynamic_update_slice(zeros, leaf, (0,) * leaf.ndim)
     return treedef.unflatten([fill(leaf) if grow else leaf for leaf, grow in zip(leaves, filled.leaves)])
