@@ -82,8 +82,13 @@ def assert_bitwise(actual, expected, what):
 
 
 def assert_rounding(actual, expected, what):
-    jax.tree.map(lambda a, e: np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-5, atol=1e-5,
-                                                         err_msg=what), actual, expected)
+    # to float32 rounding at the array's scale: a small entry computed from large ones (attention's
+    # input gradient, ~28 at most) may differ by a few ulp of the large ones (2.3e-5 at batch 29)
+    def close(a, e):
+        e = np.asarray(e)
+        scale = max(1.0, float(np.abs(e).max(initial=0.0)))
+        np.testing.assert_allclose(np.asarray(a), e, rtol=1e-5, atol=1e-5 * scale, err_msg=what)
+    jax.tree.map(close, actual, expected)
 
 
 def check_row_mixing(name, dim, batch, n, strategy, seed):
