@@ -25,9 +25,9 @@ from dp_jax.strategies.inputs import SplitArgs, place_arrays, split_args
 from dp_jax.strategies.mesh import mesh_of
 from dp_jax.strategies.padding import check_outputs_grow, check_padding_allowed, check_ragged_collectives
 from dp_jax.strategies.plan import ReplicaPlacement, ShardPlan, per_device_views, plan_shards
-from dp_jax.strategies.switch import switch_program
+from dp_jax.strategies.switch import short_chunk_views, switch_program
 from dp_jax.strategies.table import Strategy
-from dp_jax.strategies.unpad import merge_replica_outputs, short_chunk_rows
+from dp_jax.strategies.unpad import merge_replica_outputs
 
 
 def place_variables(record: Strategy, variables: Any, plan: ShardPlan, cache: ReplicaCache, axis_name: str) -> Any:
@@ -60,7 +60,7 @@ def place(record: Strategy, call: StrategyCall) -> ReplicaPlacement:
     variables, arrays = _place(record, call, split, plan)
     views = per_device_views(arrays, plan.devices)
     if plan.short_replica is not None:
-        views[-1] = short_chunk_rows(views[-1], split.axes, plan, stacked=record.layout == "stacked")
+        views[-1] = short_chunk_views(views[-1], split.axes, plan.chunk_sizes[-1], record.layout == "stacked")
     return ReplicaPlacement(per_device_views(variables, plan.devices), [split.rebuild(v) for v in views], plan)
 
 

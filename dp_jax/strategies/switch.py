@@ -92,27 +92,24 @@ def _switch_block(replica: Replica, axes: tuple[int, ...], sizes: tuple[int, ...
         rngs = None if rngs is None else jax.tree.map(lambda k: k[0], rngs)
         if stacked:
             arrays = [jnp.squeeze(x, axis) for x, axis in zip(arrays, axes)]
-        short_rows = [lax.slice_in_dim(x, 0, short, axis=axis) for x, axis in zip(arrays, axes)]
-        full_shapes = jax.eval_shape(replica, variables, arrays, rngs)
-        filled = _filled(jax.eval_shape(replica, variables, short_rows, rngs)[0], full_shapes[0], dim, c, short,
-                         len(sizes) - 1, who)
 
-        def full(variables, arrays, rngs):
-            return replica(variables, arrays, rngs)
+        def short_rows(arrays):
+            return [lax.slice_in_dim(x, 0, short, axis=axis) for x, axis in zip(arrays, axes)]
+
+        full_shapes = jax.eval_shape(replica, variables, arrays, rngs)
+        filled = _filled(jax.eval_shape(replica, variables, short_rows(arrays), rngs)[0], full_shapes[0], dim, c,
+                         short, len(sizes) - 1, who)
 
         def short_chunk(variables, arrays, rngs):
-            rows = [lax.slice_in_dim(x, 0, short, axis=axis) for x, axis in zip(arrays, axes)]
-            out, collections = replica(variables, rows, rngs)
+            out, collections = replica(variables, short_rows(arrays), rngs)
             return _fill(out, filled, dim, c), collections
 
         def idle(variables, arrays, rngs):
             return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), full_shapes)
 
-        if sorted(set(kinds.tolist())) == [FULL]:
-            result = full(variables, arrays, rngs)
-        else:
-            index = jnp.asarray(kinds)[lax.axis_index(name)]
-            result = lax.switch(index, [full, short_chunk, idle], variables, arrays, rngs)
+        # an uneven batch always has a SHORT or an IDLE device, so the switch is never trivial
+        index = jnp.asarray(kinds)[lax.axis_index(name)]
+        result = lax.switch(index, [replica, short_chunk, idle], variables, arrays, rngs)
         return jax.tree.map(lambda leaf: leaf[None], result), filled
     return one_block
 
@@ -159,3 +156,8 @@ def _fill(out: Any, filled: Filled, dim: int, c: int) -> Any:
         zeros = lax.optimization_barrier(jnp.zeros(shape, leaf.dtype))
         return lax.dynamic_update_slice(zeros, leaf, (0,) * leaf.ndim)
     return treedef.unflatten([fill(leaf) if grow else leaf for leaf, grow in zip(leaves, filled.leaves)])
+
+
+def short_chunk_views(views: list[Any], axes: list[int], short: int, stacked: bool) -> list[Any]:
+    """The short chunk's own rows of its device's slot views (`lay_out_slots`' layout), as the program reads them."""
+    return [lax.slice_in_dim(x, 0, short, axis=axis + stacked) for x, axis in zip(views, axes)]

@@ -48,12 +48,6 @@ def merge_replica_outputs(stacked: Any, plan: ShardPlan, output_device: jax.Devi
     return treedef.unflatten(merged)
 
 
-def short_chunk_rows(arrays: list[Any], axes: list[int], plan: ShardPlan, stacked: bool) -> list[Any]:
-    """The short chunk's own rows of its slot views (from per_device_views), as the switch program reads them."""
-    short = plan.chunk_sizes[-1]
-    return [lax.slice_in_dim(x, 0, short, axis=axis + stacked) for x, axis in zip(arrays, axes)]
-
-
 @functools.partial(jax.jit, static_argnames=("axis", "rows"))
 def _concat_replicas(stacked: jax.Array, axis: int, rows: int | None) -> jax.Array:
     moved = jnp.moveaxis(stacked, 0, axis)
