@@ -9,9 +9,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-
-class ComparisonError(ValueError):
-    """Bad input to compare(): the message names the argument, the value and the fix."""
+from comparisons.errors import ComparisonError
 
 
 def positive(name: str, value: Any) -> int:

@@ -179,7 +179,7 @@ VIRTUAL_UNDER_ANOTHER_NAME = """
 import torch
 import dp_torch
 from dp_torch import virtual
-from comparisons._placement_walk import virtual_device_type
+from comparisons.placement import virtual_device_type
 from comparisons.placement import placement_of
 
 before = virtual_device_type()

@@ -18,8 +18,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from comparisons._jax_optimizer import make_optimizer
-from comparisons._placement_walk import device_label
-from comparisons.placement import PlacementMap, PlacementRecord
+from comparisons.placement import PlacementMap, PlacementRecord, device_label
 
 
 def process_rows(batch_size: int, mesh: Mesh) -> slice:

@@ -1,4 +1,4 @@
-"""The per-kind rules behind `convert.py`: exact torch <-> Flax weight transforms, one per layer kind.
+"""The per-kind rules behind `_convert.py`: exact torch <-> Flax weight transforms, one per layer kind.
 
 A rule sees one layer: torch tensors keyed by suffix ('weight', 'out_proj.bias'), Flax leaves keyed
 by (collection, *subpath). Each function receives `check(ok, name, shape, expected)`, which raises

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from comparisons import _placement_walk as walk
+from comparisons.placement import _walk as walk
 
 ROLES = ("param", "buffer", "input", "output", "grad", "state")
 

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ._convert_rules import RULES, TORCH_TYPES, Rule, type_name
+from comparisons.convert._rules import RULES, TORCH_TYPES, Rule, type_name
+from comparisons.errors import UsageError
 
 __all__ = ["ConversionError", "Layer", "Rule", "flax_grads_to_torch", "flax_momentum", "flax_to_torch",
            "kind_of", "register_rule", "torch_grads_to_flax", "torch_to_flax"]
@@ -39,7 +40,7 @@ __all__ = ["ConversionError", "Layer", "Rule", "flax_grads_to_torch", "flax_mome
 _BUILTIN_KINDS = frozenset(RULES)
 
 
-class ConversionError(ValueError):
+class ConversionError(UsageError):
     """A mapping does not fit the weights: missing or uncovered parameter, wrong shape, bad kind."""
 
 
