@@ -15,3 +15,7 @@ class UsageError(ValueError):
 
 class ComparisonError(UsageError):
     """Bad input to compare(): the message names the argument, the value and the fix."""
+
+
+class UsageTypeError(UsageError, TypeError):
+    """Bad input of the wrong type (a string where a tuple goes, a non-Module): still a UsageError."""

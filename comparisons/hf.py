@@ -82,7 +82,7 @@ def _reserve_cpu_devices(count: int = 8) -> None:
     CPU device count is fixed at one and compare(devices=2) cannot run; compare() would set this
     count itself had JAX not started. Costs the import of JAX.
     """
-    from comparisons._backend_devices import set_jax_cpu_devices
+    from comparisons.runs import set_jax_cpu_devices
 
     set_jax_cpu_devices(count)
 

@@ -1,7 +1,7 @@
 """The verdict types: `Check` (one verdict) and `ComparisonReport` (every verdict of one comparison).
 
-The bottom layer of comparisons: it imports nothing else of the package, so judging
-(`_numerics`, `_placement_checks`) and rendering (`comparisons.render`) can both build on it.
+The bottom layer of comparisons: it imports nothing else of the package but `errors`, so judging
+(`comparisons.judge`) and rendering (`comparisons.render`) can both build on it.
 `ComparisonReport.render` looks formats up in `RENDERERS`, which `comparisons.render` fills when
 the package is imported; that keeps rendering above these types instead of beside them.
 The JSON schema is documented in docs/report_schema.md; bump SCHEMA_VERSION on any change to it.
@@ -13,10 +13,12 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from comparisons.errors import UsageError
+
 if TYPE_CHECKING:
     from comparisons.placement import PlacementMap
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +82,7 @@ class ComparisonReport:
         """The report as `fmt`: one of RENDERERS ("table", "json", "markdown", "html")."""
         renderer = RENDERERS.get(fmt)
         if renderer is None:
-            raise ValueError(f"render: format {fmt!r} is unknown; use one of {', '.join(RENDERERS)}")
+            raise UsageError(f"render: format {fmt!r} is unknown; use one of {', '.join(RENDERERS)}")
         return renderer(self)
 
 

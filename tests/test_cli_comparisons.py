@@ -81,7 +81,7 @@ def test_run_with_virtual_torch_devices_places_replicas_on_vdev(tmp_path):
 def test_auto_torch_devices_takes_cuda_only_when_there_are_enough_gpus(monkeypatch, gpus, devices, expected):
     import torch
 
-    from comparisons._backend_devices import torch_kind
+    from comparisons.runs import torch_kind
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     assert torch_kind("auto", devices) == expected

@@ -79,7 +79,7 @@ def test_a_broken_entry_point_is_named_without_a_traceback(user_folder):
     ("tiny_pairs:make_inputs", "--pair tiny_pairs:make_inputs is a function, not a comparisons.models.ModelPair"),
 ])
 def test_a_bad_pair_spec_names_the_flag_value_and_fix(user_folder, monkeypatch, spec, message):
-    from comparisons import user_pairs
+    from comparisons.cli import user_pairs
 
     monkeypatch.syspath_prepend(str(user_folder))
     with pytest.raises(user_pairs.UserPairError) as raised:
@@ -115,9 +115,9 @@ def test_ctrl_c_during_a_comparison_exits_130_with_one_line_and_no_file(user_fol
 def test_format_html_on_stdout_puts_the_verdict_summary_on_stderr(capsys):
     from _helpers_harness import small_report
 
-    from comparisons.__main__ import _emit
+    from comparisons.cli import emit
 
-    _emit(small_report(passed=False), "html", None)
+    emit(small_report(passed=False), "html", None)
     captured = capsys.readouterr()
     assert captured.out.startswith("<!DOCTYPE html>") and "FAILED: 1/2" not in captured.out
     assert "FAIL gradients (torch DP vs jax:explicit DP)" in captured.err
@@ -125,11 +125,11 @@ def test_format_html_on_stdout_puts_the_verdict_summary_on_stderr(capsys):
 
 
 def test_an_unwritable_out_is_refused_before_the_comparison_runs(monkeypatch, tmp_path, capsys):
-    import comparisons.__main__ as cli
+    from comparisons import cli
 
     def comparison(settings):
         raise AssertionError("the comparison ran before --out was checked")
-    monkeypatch.setattr(cli, "_run", comparison)
+    monkeypatch.setattr("comparisons.cli._main._run", comparison)
     assert cli.main(["run", "--model", "mlp", "--format", "json", "--out", str(tmp_path / "no" / "r.json")]) == 2
     assert f"--out {tmp_path / 'no' / 'r.json'}: folder {tmp_path / 'no'} does not exist" in capsys.readouterr().err
     assert cli.main(["demo", "--out", str(tmp_path)]) == 2

@@ -42,20 +42,20 @@ def test_torch_parameters_left_out_of_the_mapping_are_named(mlp):
 def test_flax_leaf_missing_from_the_variables_is_named(mlp):
     _, variables, _ = mlp
     params = {**variables["params"], "fc2": {"bias": variables["params"]["fc2"]["bias"]}}
-    with pytest.raises(ConversionError, match="missing Flax leaf 'params/fc2/kernel'"):
+    with pytest.raises(ConversionError, match="missing Flax leaf 'params.fc2.kernel'"):
         flax_to_torch({"params": params}, MLP_MAPPING)
 
 
 def test_flax_leaves_left_out_of_the_mapping_are_named(mlp):
     _, variables, _ = mlp
-    with pytest.raises(ConversionError, match=r"Flax leaves \['params/out/kernel', 'params/out/bias'\]"):
+    with pytest.raises(ConversionError, match=r"Flax leaves \['params.out.kernel', 'params.out.bias'\]"):
         flax_to_torch(variables, MLP_MAPPING[:2])
 
 
 def test_mapping_to_the_wrong_flax_layer_reports_both_shapes(mlp):
     state, _, shapes = mlp
     mapping = [Layer("linear", "fc1", "fc2"), Layer("linear", "fc2", "fc1"), MLP_MAPPING[2]]
-    with pytest.raises(ConversionError, match=r"'params/fc2/kernel' from linear layer torch 'fc1'.*"
+    with pytest.raises(ConversionError, match=r"'params.fc2.kernel' from linear layer torch 'fc1'.*"
                                               r"shape \(12, 32\) but the Flax model expects \(32, 32\)"):
         torch_to_flax(state, mapping, like=shapes)
 
@@ -63,7 +63,7 @@ def test_mapping_to_the_wrong_flax_layer_reports_both_shapes(mlp):
 def test_flax_path_that_the_model_lacks_is_named(mlp):
     state, _, shapes = mlp
     mapping = [*MLP_MAPPING[:2], Layer("linear", "out", "head")]
-    with pytest.raises(ConversionError, match="produced 'params/head/kernel' but the Flax model has no"):
+    with pytest.raises(ConversionError, match="produced 'params.head.kernel' but the Flax model has no"):
         torch_to_flax(state, mapping, like=shapes)
 
 

@@ -83,7 +83,7 @@ def test_placement_records_say_which_process_holds_each_tensor(report):
     assert len(holders) == 4 and {p for p, _, _ in holders} == {0, 1}
     assert all(index // 2 == process for process, index, _ in holders)
     assert len({device for _, _, device in holders}) == 4  # four distinct devices across the two processes
-    assert {r.shape[0] for r in jax_map if r.role == "input" and r.path == "args[0]"} == {2}
+    assert {r.shape[0] for r in jax_map if r.role == "input" and r.path == "args.0"} == {2}
 
 
 def test_the_html_and_json_reports_show_process_by_device(report):

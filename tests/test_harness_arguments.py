@@ -18,8 +18,9 @@ def no_work(monkeypatch):
     """compare() must fail before it builds models or runs a step: both raise here."""
     def work(*args, **kwargs):
         raise AssertionError("compare() started working before checking its arguments")
-    monkeypatch.setattr(harness, "_run_all", work)
-    monkeypatch.setattr(harness, "_build", work)
+    monkeypatch.setattr("comparisons.harness._compare._run_all", work)
+    monkeypatch.setattr("comparisons.harness._compare._build", work)
+    monkeypatch.setattr("comparisons.harness._compare._inputs", work)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -42,10 +43,11 @@ def test_a_bad_argument_is_refused_before_any_work(no_work, kwargs, message):
     assert message in str(raised.value)
 
 
-def test_numpy_integers_count_as_integers():
-    from comparisons import _arguments
-
-    assert _arguments.positive("batch_size", np.int64(6)) == 6 and _arguments.seed(np.uint8(3)) == 3
+def test_numpy_integers_count_as_integers(no_work):
+    # the checks accept them, so compare() goes on to the work, which no_work refuses
+    with pytest.raises(AssertionError, match="started working"):
+        harness.compare("mlp", batch_size=np.int64(6), devices=np.int32(2), steps=np.int16(1), seed=np.uint8(3),
+                        torch_devices="cpu")
 
 
 def test_cuda_asked_for_on_a_machine_without_it_says_there_is_no_cuda(no_work):

@@ -134,15 +134,6 @@ def test_the_harness_knows_every_dp_jax_strategy():
     assert tuple(STRATEGIES) == tuple(dp_jax.STRATEGIES)
 
 
-def test_default_strategies_are_every_strategy_on_any_batch():
-    # every strategy computes on exactly torch's chunks, BatchNorm on an uneven batch included
-    from comparisons import models
-    from comparisons.harness import _strategies
-
-    for pair, batch in (("cnn_bn", 10), ("cnn_bn", 12), ("mlp", 10)):
-        assert _strategies(None, models.get(pair), batch, 4) == list(STRATEGIES)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("devices", [1, 2, 4])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from comparisons._numerics import compare_trees
+from comparisons.judge import compare_trees
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

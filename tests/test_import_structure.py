@@ -84,24 +84,83 @@ def import_graph(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dic
 
 def test_no_import_cycle_in_the_three_packages():
     graph = import_graph()
-    assert len(graph) > 30 and "comparisons.harness" in graph  # the walk really found the modules
+    assert len(graph) > 30 and "comparisons.harness._compare" in graph  # the walk really found the modules
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-RENDERING = ("comparisons.render", "comparisons.report")  # report re-exports render
-ABOVE_RENDERING = {"comparisons", "comparisons.__main__", "comparisons.report"}
+# comparisons' layers, lowest first; a module imports only from its own layer or those below it.
+LAYERS = (
+    ("comparisons.errors", "comparisons.verdicts", "comparisons.placement", "comparisons.convert"),
+    ("comparisons.models",),
+    ("comparisons.runs",),
+    ("comparisons.judge",),
+    ("comparisons.harness", "comparisons.render", "comparisons.report", "comparisons.hf"),
+    ("comparisons", "comparisons.__main__", "comparisons.cli", "comparisons.distributed", "comparisons.doctor"),
+)
 
 
-def test_comparisons_is_layered_verdicts_then_judging_then_rendering():
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the longest prefix of `module` (a folder's modules share its layer)."""
+    matches = [(len(name), i) for i, names in enumerate(LAYERS) for name in names
+               if module == name or module.startswith(name + ".")]
+    assert matches, f"{module} is in no layer of LAYERS: add it"
+    return max(matches)[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """{module: the modules it imports from a higher layer}, for every comparisons module that has some."""
+    found = {name: sorted(d for d in deps if d.startswith("comparisons") and layer_of(d) > layer_of(name))
+             for name, deps in graph.items() if name.startswith("comparisons")}
+    return {name: deps for name, deps in found.items() if deps}
+
+
+def test_comparisons_is_layered_each_folder_importing_only_those_below_it():
     graph = import_graph()
-    # verdicts names PlacementMap in a type hint only (under TYPE_CHECKING), nothing else of the package
-    assert {m for m in graph["comparisons.verdicts"] if m.startswith("comparisons")} <= {"comparisons.placement"}
-    below = {name: deps for name, deps in graph.items()
-             if name.startswith("comparisons") and name not in ABOVE_RENDERING and not name.startswith(RENDERING)}
-    upward = {name: sorted(d for d in deps if d.startswith(RENDERING)) for name, deps in below.items()}
-    assert {name: deps for name, deps in upward.items() if deps} == {}, "modules below rendering import it"
-    assert "comparisons._numerics" in below and "comparisons.harness" in below
+    assert upward_imports(graph) == {}, "modules import from a layer above their own"
+    assert {"comparisons.judge._numerics", "comparisons.runs.jax_run", "comparisons.cli._main"} <= set(graph)
+
+
+def test_the_layer_check_names_a_planted_upward_import():
+    graph = {"comparisons.runs._x": {"comparisons.judge._numerics", "comparisons.placement._map"},
+             "comparisons.render.text": {"comparisons.verdicts"}}
+    assert upward_imports(graph) == {"comparisons.runs._x": ["comparisons.judge._numerics"]}
+
+
+def private_imports(root: Path, folders: tuple[str, ...]) -> list[str]:
+    """'file: module' for every import of a private module `comparisons.X._y` from outside comparisons/X/.
+
+    Reads every .py file under `folders` of `root`. A private module is one with a component after
+    `comparisons.X` that starts with one underscore (dunders such as `__main__` are public)."""
+    files = module_files(root, ("comparisons",))
+    offenders = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            name = ".".join(path.relative_to(root).with_suffix("").parts)
+            for target in imported_modules(name, path, set(files)):
+                parts = target.split(".")
+                private = [i for i, part in enumerate(parts) if i >= 2 and part.startswith("_")
+                           and not part.startswith("__")]
+                owner = root.joinpath(*parts[:private[0]]) if private else None
+                if owner is not None and owner not in path.parents:
+                    offenders.append(f"{path.relative_to(root)}: {target}")
+    return offenders
+
+
+def test_a_folders_private_modules_are_imported_only_from_inside_it():
+    assert private_imports(ROOT, ("comparisons", "tests", "benchmarks", "docs")) == []
+
+
+def test_the_private_import_check_names_a_planted_one(tmp_path):
+    for folder in ("comparisons/runs", "comparisons/judge", "tests"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "comparisons" / "__init__.py").write_text("")
+    (tmp_path / "comparisons" / "runs" / "__init__.py").write_text("from comparisons.runs._x import f\n")
+    (tmp_path / "comparisons" / "runs" / "_x.py").write_text("def f():\n    pass\n")
+    (tmp_path / "comparisons" / "judge" / "__init__.py").write_text("from comparisons.runs import _x\n")
+    (tmp_path / "tests" / "test_a.py").write_text("def test():\n    from comparisons.runs._x import f\n")
+    assert private_imports(tmp_path, ("comparisons", "tests")) == [
+        "comparisons/judge/__init__.py: comparisons.runs._x", "tests/test_a.py: comparisons.runs._x"]
 
 
 def test_the_cycle_finder_names_a_planted_cycle(tmp_path):

@@ -12,7 +12,8 @@ import functools
 import jax
 import pytest
 
-from comparisons import _jax_compiled, harness
+from comparisons import harness
+from comparisons.runs import jax_run
 
 compare = functools.partial(harness.compare, torch_devices="cpu")
 MAPPED = ("pmap", "sharded", "shard_map")
@@ -46,14 +47,14 @@ def test_batchnorm_pair_trains_through_the_compiled_step_with_chunk_0_statistics
 
 
 def test_a_compiled_step_that_drifts_from_the_eager_path_fails_its_check(monkeypatch):
-    real = _jax_compiled.train_compiled
+    real = jax_run.train_compiled
 
     def drifting(*args, **kwargs):
         snapshot = real(*args, **kwargs)
         moved = jax.tree.map(lambda p: p + 1e-3, snapshot.params_after_steps)
         return dataclasses.replace(snapshot, params_after_steps=moved)
 
-    monkeypatch.setattr("comparisons._jax_run.train_compiled", drifting)
+    monkeypatch.setattr(jax_run, "train_compiled", drifting)
     report = compare("mlp", batch_size=8, devices=2, strategies=["sharded"], steps=1, seed=4)
     checks = compiled_checks(report)
     assert checks[("params_after_steps", "jax:sharded compiled step vs eager")] is False

@@ -68,13 +68,13 @@ def test_torch_scattered_inputs_are_per_replica_with_torch_chunk_shapes():
     chunks = dp_torch.scatter((x,), ["cpu"] * 4)
     placement = placement_of(chunks, ["cpu"] * 4, role="input", name="args", per_replica=True)
     assert [(r.replica, r.path, r.shape[0]) for r in placement] == [
-        (0, "args[0]", 3), (1, "args[0]", 3), (2, "args[0]", 3), (3, "args[0]", 1)]
+        (0, "args.0", 3), (1, "args.0", 3), (2, "args.0", 3), (3, "args.0", 1)]
 
 
 def test_nested_output_paths_name_the_container_keys():
     out = {"logits": torch.ones(2, 3), "aux": [torch.zeros(2)]}
     paths = {r.path for r in placement_of(out, role="output", name="out")}
-    assert paths == {"out['logits']", "out['aux'][0]"}
+    assert paths == {"out.logits", "out.aux.0"}
 
 
 @pytest.mark.parametrize("n", [1, 3, 4])

@@ -45,13 +45,13 @@ def test_torch_type_registered_without_key_functions_is_placed_by_key():
     out = KeylessOutput(logits=torch.zeros(3, 5), hidden=(torch.ones(3, 2), torch.ones(3, 7)))
     placement = placement_of(out, role="output", name="out")
     assert [(r.path, r.shape) for r in placement] == [
-        ("out['logits']", (3, 5)), ("out['hidden'][0]", (3, 2)), ("out['hidden'][1]", (3, 7))]
+        ("out.logits", (3, 5)), ("out.hidden.0", (3, 2)), ("out.hidden.1", (3, 7))]
 
 
 def test_keyless_node_without_key_context_is_placed_by_position():
     out = KeylessOutput(pair=Pair((torch.zeros(4), torch.zeros(6))))
     assert [r.path for r in placement_of(out, role="output", name="out")] == [
-        "out['pair'][0]", "out['pair'][1]"]
+        "out.pair.0", "out.pair.1"]
 
 
 def test_torch_dict_and_flax_dataclass_outputs_get_the_same_paths():
@@ -59,7 +59,7 @@ def test_torch_dict_and_flax_dataclass_outputs_get_the_same_paths():
     jax_out = FlaxLikeOutput(logits=jnp.zeros((2, 3)), hidden=(jnp.zeros((2, 4)),))
     torch_paths = [(r.path, r.shape) for r in placement_of(torch_out, role="output", name="out")]
     jax_paths = [(r.path, r.shape) for r in placement_of(jax_out, role="output", name="out")]
-    assert torch_paths == jax_paths == [("out['logits']", (2, 3)), ("out['hidden'][0]", (2, 4))]
+    assert torch_paths == jax_paths == [("out.logits", (2, 3)), ("out.hidden.0", (2, 4))]
 
 
 class DictNet(torch.nn.Module):
@@ -103,4 +103,4 @@ def test_dict_and_dataclass_outputs_compare_by_path_and_a_declared_cache_is_list
     assert any(note.startswith("torch-only") and "cache.0" in note for note in report.notes)
     torch_outputs = {r.path for r in report.placements["torch"].filter(role="output")}
     jax_outputs = {r.path for r in report.placements["jax:explicit"].filter(role="output")}
-    assert torch_outputs == {"out['logits']", "out['cache'][0]"} and jax_outputs == {"out['logits']"}
+    assert torch_outputs == {"out.logits", "out.cache.0"} and jax_outputs == {"out.logits"}

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from comparisons.convert._rules import RULES, TORCH_TYPES, Rule, type_name
-from comparisons.errors import UsageError
+from comparisons.errors import UsageError, UsageTypeError
+from comparisons.placement import canonical_path
 
 __all__ = ["ConversionError", "Layer", "Rule", "flax_grads_to_torch", "flax_momentum", "flax_to_torch",
            "kind_of", "register_rule", "torch_grads_to_flax", "torch_to_flax"]
@@ -79,18 +80,18 @@ def register_rule(kind: str, rule: Rule, *, torch_types: Sequence[type | str] = 
     Returns `rule`. Process-wide, like `comparisons.models.register`.
     """
     if not isinstance(rule, Rule):
-        raise TypeError(f"register_rule: rule={rule!r} is not a comparisons.convert.Rule; build one with "
+        raise UsageTypeError(f"register_rule: rule={rule!r} is not a comparisons.convert.Rule; build one with "
                         "Rule(torch_keys, torch_required, buffers, to_flax, to_torch)")
     if not isinstance(kind, str) or not kind:
-        raise ValueError(f"register_rule: kind={kind!r}; pass a non-empty name such as 'gpt2_conv1d'")
+        raise UsageError(f"register_rule: kind={kind!r}; pass a non-empty name such as 'gpt2_conv1d'")
     if kind in _BUILTIN_KINDS:
-        raise ValueError(f"register_rule: kind {kind!r} is built in; pick another name")
+        raise UsageError(f"register_rule: kind {kind!r} is built in; pick another name")
     if kind in RULES and not replace:
-        raise ValueError(f"register_rule: kind {kind!r} is registered; pick another name or pass replace=True")
+        raise UsageError(f"register_rule: kind {kind!r} is registered; pick another name or pass replace=True")
     names = [t if isinstance(t, str) else type_name(t) for t in torch_types]
     taken = [n for n in names if n in TORCH_TYPES and TORCH_TYPES[n] != kind and not replace]
     if taken:
-        raise ValueError(f"register_rule: torch type {taken[0]!r} already converts as {TORCH_TYPES[taken[0]]!r}; "
+        raise UsageError(f"register_rule: torch type {taken[0]!r} already converts as {TORCH_TYPES[taken[0]]!r}; "
                          "pass replace=True to change it")
     RULES[kind] = rule
     TORCH_TYPES.update(dict.fromkeys(names, kind))
@@ -173,7 +174,7 @@ def _to_flax(who, tensors, mapping, like, strict, grads):
 def _to_torch(who, flat, mapping, like, strict, grads):
     import torch
 
-    flat = {key: _numpy(who, "/".join(key), value) for key, value in flat.items()}
+    flat = {key: _numpy(who, ".".join(key), value) for key, value in flat.items()}
     used, tensors, source = set(), {}, {}
     for layer in _layers(mapping):
         rule = RULES[layer.kind]
@@ -182,14 +183,14 @@ def _to_torch(who, flat, mapping, like, strict, grads):
         try:
             converted = convert(local, layer, _checker(who, layer))
         except KeyError as missing:
-            leaf = "/".join((missing.args[0][0], *_parts(layer.flax), *missing.args[0][1:]))
+            leaf = ".".join((missing.args[0][0], *_parts(layer.flax), *missing.args[0][1:]))
             raise ConversionError(f"{who}: {_describe(layer)}: missing Flax leaf {leaf!r}; "
                                   "fix the mapping's Flax path or the variables") from None
         for suffix, value in converted.items():
             name = f"{layer.torch}.{suffix}" if layer.torch else suffix
             tensors[name], source[name] = np.array(value, order="C", copy=True), layer
         used.update((k[0], *_parts(layer.flax), *k[1:]) for k in local.read_keys())
-    uncovered = ["/".join(k) for k in flat if k not in used]
+    uncovered = [".".join(k) for k in flat if k not in used]
     if strict and uncovered:
         raise ConversionError(f"{who}: Flax leaves {uncovered} are not covered by the mapping; "
                               "add a Layer for their module (or pass strict=False to skip them)")
@@ -249,7 +250,7 @@ def _under(key: tuple, flax_path: str) -> bool:
 
 def _match(who, produced, expected, source, model):
     def show(key):
-        return key if isinstance(key, str) else "/".join(key)
+        return key if isinstance(key, str) else ".".join(key)
     for key in produced:
         name = show(key)
         if key not in expected:
@@ -283,7 +284,8 @@ def _layers(mapping):
 
 
 def _parts(flax_path: str) -> tuple[str, ...]:
-    return tuple(p for p in flax_path.split("/") if p)
+    """('encoder', 'layer_0') for 'encoder/layer_0' or 'encoder.layer_0': a Layer's Flax path in either spelling."""
+    return tuple(p for p in canonical_path(flax_path).split(".") if p)
 
 
 def _flatten(tree: Mapping) -> dict:

@@ -6,8 +6,8 @@ a `ConversionError` naming the layer.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,10 @@ class Rule:
         -> numpy array, `check(ok, name, shape, expected)` raises a ConversionError naming the layer.
       to_torch: (leaves, layer, check) -> {suffix: array}, the inverse.
       grads_to_flax / grads_to_torch: for gradients, when they convert unlike the weights.
+      flax_names: torch suffix -> the Flax leaf (dotted, under the layer) it becomes one to one,
+        e.g. {'weight': 'kernel'}; how a report lines a torch tensor up with its Flax twin. A suffix
+        with no single Flax leaf (an MHA's packed in_proj) is left out; a suffix not listed lines up
+        with the Flax leaf of the same name.
     Every function must be exact (transposes, reshapes, copies): round trips are checked bitwise.
     """
     torch_keys: tuple[str, ...]
@@ -33,6 +37,7 @@ class Rule:
     to_torch: Callable[..., dict]
     grads_to_flax: Callable[..., dict] | None = None
     grads_to_torch: Callable[..., dict] | None = None
+    flax_names: Mapping[str, str] = field(default_factory=dict)
 
 
 def _dense_to_flax(t, layer, check):
@@ -147,15 +152,19 @@ def _lstm_to_torch(f, layer, check, grads=False):
 
 
 RULES: dict[str, Rule] = {
-    "linear": Rule(("weight", "bias"), ("weight",), (), _dense_to_flax, _dense_to_torch),
-    "conv": Rule(("weight", "bias"), ("weight",), (), _conv_to_flax, _conv_to_torch),
+    "linear": Rule(("weight", "bias"), ("weight",), (), _dense_to_flax, _dense_to_torch,
+                   flax_names={"weight": "kernel"}),
+    "conv": Rule(("weight", "bias"), ("weight",), (), _conv_to_flax, _conv_to_torch, flax_names={"weight": "kernel"}),
     "batchnorm": Rule(("weight", "bias", "running_mean", "running_var", "num_batches_tracked"),
                        ("running_mean", "running_var"), ("running_mean", "running_var"),
-                       *_renamer(_NORM_PAIRS + _BN_STATS)),
-    "layernorm": Rule(("weight", "bias"), (), (), *_renamer(_NORM_PAIRS)),
-    "embedding": Rule(("weight",), ("weight",), (), *_renamer((("weight", ("params", "embedding")),))),
+                       *_renamer(_NORM_PAIRS + _BN_STATS),
+                       flax_names={"weight": "scale", "running_mean": "mean", "running_var": "var"}),
+    "layernorm": Rule(("weight", "bias"), (), (), *_renamer(_NORM_PAIRS), flax_names={"weight": "scale"}),
+    "embedding": Rule(("weight",), ("weight",), (), *_renamer((("weight", ("params", "embedding")),)),
+                      flax_names={"weight": "embedding"}),
     "mha": Rule(("in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"),
-                 ("in_proj_weight", "out_proj.weight"), (), _mha_to_flax, _mha_to_torch),
+                 ("in_proj_weight", "out_proj.weight"), (), _mha_to_flax, _mha_to_torch,
+                 flax_names={"out_proj.weight": "out.kernel", "out_proj.bias": "out.bias"}),
     "lstm": Rule(("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"),
                   ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"), (),
                   _lstm_to_flax, _lstm_to_torch,

@@ -18,10 +18,10 @@ import dataclasses
 
 import numpy as np
 
-from comparisons._numerics import TOLERANCES
-from comparisons._runs import BackendRun, RunConfig
 from comparisons.distributed.config import WorkerConfig, chunk_rows
-from comparisons.placement import PlacementMap
+from comparisons.judge import TOLERANCES
+from comparisons.placement import PlacementMap, canonical_path
+from comparisons.runs import BackendRun, RunConfig, RunInputs
 from comparisons.verdicts import Check, ComparisonReport
 
 JAX_LABEL = "jax:multi-process"
@@ -44,7 +44,7 @@ def single_process_runs(config: WorkerConfig, processes: int, sides) -> LocalRun
     import torch
 
     from comparisons import models
-    from comparisons._torch_run import run_torch
+    from comparisons.runs.torch_run import run_torch
 
     pair = models.get(config.pair)
     module, flax_module, variables = pair.build(seed=config.seed, dtype=np.dtype(config.dtype))
@@ -54,7 +54,8 @@ def single_process_runs(config: WorkerConfig, processes: int, sides) -> LocalRun
     cpu, runs = torch.device("cpu"), LocalRuns(targets)
 
     def torch_run(n, the_pair=pair):
-        return run_torch(the_pair, module, inputs, targets, [cpu] * n, cpu, run_config, lambda: None)
+        return run_torch(RunInputs(the_pair, run_config, inputs, targets), module, [cpu] * n, cpu,
+                         progress=lambda: None)
 
     if "torch" in sides:
         runs.torch_dp = torch_run(processes)
@@ -67,7 +68,7 @@ def single_process_runs(config: WorkerConfig, processes: int, sides) -> LocalRun
     if "jax" in sides:
         mesh = processes * config.devices
         runs.torch_mesh = torch_run(mesh)
-        runs.jax_dp = _jax_run(pair, flax_module, variables, inputs, targets, mesh, run_config)
+        runs.jax_dp = _jax_run(RunInputs(pair, run_config, inputs, targets), flax_module, variables, mesh)
     return runs
 
 
@@ -78,16 +79,15 @@ def _rank_mean(loss_torch, rows):
     return loss
 
 
-def _jax_run(pair, flax_module, variables, inputs, targets, n, run_config) -> BackendRun:
+def _jax_run(run: RunInputs, flax_module, variables, n: int) -> BackendRun:
     import jax
 
-    from comparisons._backend_devices import jax_devices
-    from comparisons._jax_run import run_jax
+    from comparisons.runs import jax_devices
+    from comparisons.runs.jax_run import run_jax
 
     devices = jax_devices(n)
-    with jax.enable_x64(run_config.dtype == "float64"), jax.default_matmul_precision("highest"):
-        return run_jax(pair, flax_module, variables, inputs, targets, devices, "explicit", run_config,
-                       lambda: None)
+    with jax.enable_x64(run.config.dtype == "float64"), jax.default_matmul_precision("highest"):
+        return run_jax(run, flax_module, variables, devices, "explicit", progress=lambda: None)
 
 
 def report(config: WorkerConfig, processes: int, sides, local: LocalRuns, results: dict[str, list[dict]],
@@ -116,7 +116,7 @@ def report(config: WorkerConfig, processes: int, sides, local: LocalRuns, result
         optimizer=config.optimizer, dtype=config.dtype, seed=config.seed,
         torch_devices=f"DDP on {processes} gloo rank(s), one CPU each", tolerance={"max_abs": tol, "rel_norm": tol},
         checks=checks, placements=placements, notes=_notes(config, processes, sides, torch_rows, results, seconds),
-        layers={layer.torch: layer.flax.replace("/", ".") for layer in pair.mapping})
+        layers={layer.torch: canonical_path(layer.flax) for layer in pair.mapping})
 
 
 def _notes(config, processes, sides, torch_rows, results, seconds) -> list[str]:

@@ -19,9 +19,9 @@ PROCESSES_HELP = (
 
 def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None):
     """The ComparisonReport for the parsed `run` flags; LaunchError -> message on stderr, SystemExit(3)."""
-    from comparisons._arguments import ComparisonError
     from comparisons.distributed.compare import compare_distributed
     from comparisons.distributed.ranks import LaunchError
+    from comparisons.errors import ComparisonError
 
     if args.strategy:
         raise ComparisonError("run --processes: --strategy does not apply; the multi-process JAX side trains "

@@ -13,9 +13,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from comparisons._arguments import ComparisonError
 from comparisons.distributed.config import WorkerConfig, chunk_rows
 from comparisons.distributed.launcher import Launch
+from comparisons.errors import ComparisonError
 from comparisons.verdicts import ComparisonReport
 
 SIDES = ("torch", "jax")
@@ -42,8 +42,8 @@ def compare_distributed(pair: str, *, processes: int = 2, devices: int = 2, batc
     """
     from comparisons.distributed import checks
 
-    config = _config(pair, processes, devices, batch_size, steps, optimizer, dtype, seed, sides,
-                     rendezvous_timeout)
+    config = _config(pair, processes=processes, devices=devices, batch_size=batch_size, steps=steps,
+                     optimizer=optimizer, dtype=dtype, seed=seed, sides=sides, rendezvous_timeout=rendezvous_timeout)
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         runs = {side: stack.enter_context(_launch(side, config, processes, timeout)) for side in sides}
@@ -58,11 +58,11 @@ def _launch(side: str, config: WorkerConfig, processes: int, timeout: float) -> 
     return Launch(command, processes, side=side, timeout=timeout)
 
 
-def _config(pair, processes, devices, batch_size, steps, optimizer, dtype, seed, sides,
-            rendezvous_timeout) -> WorkerConfig:
-    from comparisons._numerics import TOLERANCES
-    from comparisons._runs import OPTIMIZERS
+def _config(pair: str, *, processes: int, devices: int, batch_size: int | None, steps: int, optimizer: str,
+            dtype: str, seed: int, sides: Sequence[str], rendezvous_timeout: float) -> WorkerConfig:
+    from comparisons.judge import TOLERANCES
     from comparisons.models.builtin import BUILTIN
+    from comparisons.runs import OPTIMIZERS
 
     builtin = [p.name for p in BUILTIN]
     if pair not in builtin:

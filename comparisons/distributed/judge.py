@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from comparisons._numerics import compare_trees
 from comparisons.distributed.config import WorkerConfig, chunk_rows
+from comparisons.judge import compare_trees
 from comparisons.placement import PlacementMap
 from comparisons.verdicts import Check
 
@@ -120,7 +120,7 @@ def placement_check(side: str, placements: dict[str, PlacementMap], config: Work
         mesh = processes * config.devices
         expected_rows, wanted_holders = [config.batch_size // mesh] * mesh, set(range(mesh))
         owner_ok = all(r.replica is not None and r.process == r.replica // config.devices for r in records)
-    rows = [r.shape[0] for r in sorted(records.filter(role="input"), key=lambda r: r.replica) if r.path == "args[0]"]
+    rows = [r.shape[0] for r in sorted(records.filter(role="input"), key=lambda r: r.replica) if r.path == "args.0"]
     passed = holders == wanted_holders and full and rows == expected_rows and owner_ok
     what = "rank" if side == "torch" else "device"
     return Check("placement", f"{label}: every {what} holds every parameter and its rows", passed,

@@ -34,6 +34,7 @@ from comparisons.distributed.ranks import (
     free_port,
     torch_env,
 )
+from comparisons.errors import UsageError
 
 _POLL_S = 0.05
 _GRACE_S = 1.0
@@ -58,9 +59,9 @@ class Launch:
     def __init__(self, command: Sequence[str], processes: int, *, side: str, timeout: float = 120.0,
                  port: int | None = None, env: Mapping[str, str] | None = None) -> None:
         if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-            raise ValueError(f"Launch: processes={processes!r}; pass a positive integer")
+            raise UsageError(f"Launch: processes={processes!r}; pass a positive integer")
         if not timeout > 0:
-            raise ValueError(f"Launch: timeout={timeout!r}; pass a positive number of seconds")
+            raise UsageError(f"Launch: timeout={timeout!r}; pass a positive number of seconds")
         self.command, self.processes, self.side, self.timeout = list(command), processes, side, timeout
         self.port, self.env = port, dict(env or {})
         self.procs: list[subprocess.Popen] = []

@@ -17,8 +17,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from comparisons._jax_optimizer import make_optimizer
 from comparisons.placement import PlacementMap, PlacementRecord, device_label
+from comparisons.runs import optax_optimizer
 
 
 def process_rows(batch_size: int, mesh: Mesh) -> slice:
@@ -73,7 +73,7 @@ def compiled_steps(pair: Any, flax_module: Any, optimizer: str, n_inputs: int) -
         loss, _, updated = forward(variables, *batch)
         return loss, updated
 
-    tx = make_optimizer(optimizer)
+    tx = optax_optimizer(optimizer)
     return (wrapper.value_and_grad(with_output, has_aux=True),
             wrapper.train_step(tx, with_collections, has_aux=True), tx)
 
@@ -100,9 +100,7 @@ def placement(mesh: Mesh, params: Any, state: dict, x: tuple, output: jax.Array,
 
 
 def _path(prefix: str, path: tuple) -> str:
-    """"params.fc.kernel", "batch_stats.bn1.mean", "args[0]", "out": the paths placement_of gives."""
-    if prefix == "args":
-        return prefix + jax.tree_util.keystr(path)
+    """"params.fc.kernel", "batch_stats.bn1.mean", "args.0", "out": the paths placement_of gives."""
     key = jax.tree_util.keystr(path, simple=True, separator=".")
     return f"{prefix}.{key}" if key else prefix
 

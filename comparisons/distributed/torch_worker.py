@@ -24,11 +24,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from comparisons import models
-from comparisons._torch_run import make_optimizer
 from comparisons.convert import torch_grads_to_flax
 from comparisons.distributed.config import WorkerConfig, chunk_rows
 from comparisons.distributed.ranks import write_result
 from comparisons.placement import PlacementMap, placement_of
+from comparisons.runs import torch_optimizer
 
 
 def main(argv: list[str]) -> int:
@@ -56,7 +56,7 @@ def train(config: WorkerConfig, rank: int, world: int) -> dict[str, Any]:
     x = tuple(torch.from_numpy(np.ascontiguousarray(a[start:stop])) for a in inputs)
     y = torch.from_numpy(np.ascontiguousarray(targets[start:stop]))
     model = DistributedDataParallel(module.train())  # CPU: no device_ids; broadcast_buffers=True
-    optimizer = make_optimizer(config.optimizer, model.parameters())
+    optimizer = torch_optimizer(config.optimizer, model.parameters())
     result: dict[str, Any] = {"rank": rank, "rows": (start, stop)}
     for step in range(config.steps):
         optimizer.zero_grad()

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatch
 from typing import Any
 
+from comparisons.errors import UsageError, UsageTypeError
+
 from ..convert import ConversionError, Layer, kind_of
 from .pair import ModelPair
 
@@ -35,7 +37,7 @@ class FlaxApply:
     def __init__(self, module: Any, *, train_arg: str | None = "train",
                  prepare: Callable[[tuple], tuple] | None = None, **fixed: Any):
         if train_arg not in ("train", "deterministic", None):
-            raise ValueError(f"FlaxApply: train_arg={train_arg!r}; use 'train', 'deterministic' or None")
+            raise UsageError(f"FlaxApply: train_arg={train_arg!r}; use 'train', 'deterministic' or None")
         self.module, self.train_arg, self.prepare, self.fixed = module, train_arg, prepare, fixed
 
     def _kwargs(self, train: bool) -> dict:
@@ -153,7 +155,7 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
     declared = {"torch_only": torch_only, "flax_only": flax_only, "known_differences": known_differences}
     for label, value in declared.items():
         if isinstance(value, str):
-            raise TypeError(f"pair_from_modules: {label}={value!r} is a string; pass a tuple, e.g. ({value!r},)")
+            raise UsageTypeError(f"pair_from_modules: {label}={value!r} is a string; pass a tuple, e.g. ({value!r},)")
     shapes = pair.flax_shapes(flax_model) if variables is None else _wrapped(variables)
     layers, derived_only = derive_mapping(torch_module, shapes, flax_path=flax_path, torch_only=torch_only)
     return ModelPair(

@@ -8,7 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from comparisons.errors import UsageError, UsageTypeError
+
 from ..convert import Layer
+from ..placement import canonical_path
 
 
 def _same_layout(arrays: tuple) -> tuple:
@@ -34,8 +37,10 @@ class ModelPair:
       to_flax_inputs: torch-layout inputs -> Flax-layout inputs (e.g. NCHW -> NHWC).
       torch_only / flax_only: glob patterns (fnmatch) of names that exist on one side only and are
         declared so: torch parameter/buffer names ('*.attn.masked_bias', tied 'lm_head.weight')
-        or output paths ('past_key_values*'); Flax variable paths ('params/cache/*') or output
-        paths. They are left out of conversion and cross-framework checks, and listed in the report.
+        or output paths ('past_key_values*'); Flax variable paths ('params.cache.*') or output
+        paths. Paths are dotted as everywhere in a report; 'params/cache/*' and "['logits'][0]"
+        are read as 'params.cache.*' and 'logits.0'. They are left out of conversion and
+        cross-framework checks, and listed in the report.
       variables: Flax variables converted by another tool (e.g. transformers' `from_pt`), used as
         they are; the harness only checks them against this pair's own conversion (bitwise).
       known_differences: names from `KNOWN_DIFFERENCES` that are not data parallelism; the report
@@ -60,11 +65,11 @@ class ModelPair:
     def __post_init__(self) -> None:
         unknown = [d for d in self.known_differences if d not in KNOWN_DIFFERENCES]
         if unknown:
-            raise ValueError(f"ModelPair {self.name!r}: known_differences {unknown} are not known; "
+            raise UsageError(f"ModelPair {self.name!r}: known_differences {unknown} are not known; "
                              f"use names from {sorted(KNOWN_DIFFERENCES)}")
         for name in ("torch_only", "flax_only", "known_differences"):
             if isinstance(getattr(self, name), str):
-                raise TypeError(f"ModelPair {self.name!r}: {name}={getattr(self, name)!r} is a string; "
+                raise UsageTypeError(f"ModelPair {self.name!r}: {name}={getattr(self, name)!r} is a string; "
                                 f"pass a tuple of patterns, e.g. ({getattr(self, name)!r},)")
 
     def build(self, seed: int = 0, dtype: Any = np.float32) -> tuple[Any, Any, dict]:
@@ -106,7 +111,7 @@ class ModelPair:
         from flax.traverse_util import flatten_dict, unflatten_dict
 
         from ..convert import flax_to_torch
-        kept = {k: v for k, v in flatten_dict(dict(variables)).items() if not self.is_flax_only("/".join(k))}
+        kept = {k: v for k, v in flatten_dict(dict(variables)).items() if not self.is_flax_only(".".join(k))}
         like = None if like is None else {k: v for k, v in like.items() if not self.is_torch_only(k)}
         return flax_to_torch(unflatten_dict(kept), self.mapping, like=like)
 
@@ -122,15 +127,22 @@ class ModelPair:
 
     def is_torch_only(self, name: str) -> bool:
         """Whether a torch name or output path is declared torch-only (or is num_batches_tracked)."""
-        return name.endswith("num_batches_tracked") or any(fnmatch(name, p) for p in self.torch_only)
+        return name.endswith("num_batches_tracked") or _matches(name, self.torch_only)
 
     def is_flax_only(self, path: str) -> bool:
-        """Whether a Flax variable path ('params/a/b') or output path is declared Flax-only."""
-        return any(fnmatch(path, p) for p in self.flax_only)
+        """Whether a Flax variable path ('params.a.b') or output path is declared Flax-only."""
+        return _matches(path, self.flax_only)
+
+
+def _matches(path: str, patterns: Sequence[str]) -> bool:
+    """fnmatch in the one dotted spelling, whichever spelling the path and the patterns came in
+    ('params/a/b', "out['logits'][0]" and 'params.a.b' are all read as dotted)."""
+    dotted = canonical_path(path)
+    return any(fnmatch(dotted, canonical_path(pattern)) for pattern in patterns)
 
 
 # Differences between the frameworks that are not data parallelism; a pair opts in by name, and
-# the report measures them (comparisons/_declared.py) instead of failing on them.
+# the report measures them (comparisons/judge/_declared.py) instead of failing on them.
 KNOWN_DIFFERENCES: dict[str, str] = {
     "flax_batchnorm_biased_var": (
         "flax.linen.BatchNorm keeps the biased batch variance in its running average, PyTorch the "
@@ -158,9 +170,9 @@ _REGISTRY: dict[str, ModelPair] = {}
 def register(pair: ModelPair, *, replace: bool = False) -> ModelPair:
     """Add `pair` to the registry under `pair.name` (refuses to shadow one unless `replace`)."""
     if not isinstance(pair, ModelPair):
-        raise TypeError(f"register: expected a ModelPair, got {type(pair).__name__}")
+        raise UsageTypeError(f"register: expected a ModelPair, got {type(pair).__name__}")
     if pair.name in _REGISTRY and not replace:
-        raise ValueError(f"register: a pair named {pair.name!r} exists; pass replace=True to override it")
+        raise UsageError(f"register: a pair named {pair.name!r} exists; pass replace=True to override it")
     _REGISTRY[pair.name] = pair
     return pair
 

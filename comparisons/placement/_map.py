@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from comparisons.errors import UsageError, UsageTypeError
 from comparisons.placement import _walk as walk
 
 ROLES = ("param", "buffer", "input", "output", "grad", "state")
@@ -174,15 +175,15 @@ def placement_of(obj: Any, devices: Sequence[Any] | None = None, original: Any =
       devices: the device list of the step; each record's `logical_index` is a position in it.
       original: the value replicas were made from; sets `aliases_original` on replica records.
       role: role for tensors outside a module/variables dict (e.g. "input", "output", "grad").
-      name: prefix for container paths, e.g. "args" gives "args[0]", "out" gives "out['logits']".
+      name: prefix for container paths, e.g. "args" gives "args.0", "out" gives "out.logits".
     Returns:
       a PlacementMap with one record per tensor (per addressable shard for multi-device arrays).
     """
     if role is not None and role not in ROLES:
-        raise ValueError(f"placement_of: role={role!r} is not one of {ROLES}")
+        raise UsageError(f"placement_of: role={role!r} is not one of {ROLES}")
     backend = walk.backend_of(obj)
     if backend is None:
-        raise TypeError(f"placement_of: obj of type {type(obj).__name__} holds no torch tensor, "
+        raise UsageTypeError(f"placement_of: obj of type {type(obj).__name__} holds no torch tensor, "
                         "torch module or JAX array; pass a module, replicas, tensors or a pytree")
     labels = [walk.device_label(d) for d in devices] if devices is not None else None
     references = None if original is None else walk.reference_keys(original, backend, role, name)

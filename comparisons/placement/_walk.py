@@ -1,7 +1,7 @@
 """Walkers behind `placement_of`: find every tensor of a torch or JAX value, its device and its memory.
 
 torch and JAX are imported inside the functions that meet their types, never at module level.
-Nothing here imports the rest of the package; `placement` turns the Leaves into records.
+Nothing here imports the rest of the package but `errors`; `_map` turns the Leaves into records.
 """
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import dataclasses
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
+
+from comparisons.errors import UsageTypeError
 
 _PREFIXES = {"torch": ("torch",), "jax": ("jax", "jaxlib", "flax")}
 
@@ -62,7 +64,7 @@ def device_label(device: Any) -> str:
         return f"{device.platform}:{device.id}"
     if type(device).__module__.startswith("torch"):
         return str(device)
-    raise TypeError(f"placement_of: device {device!r} is not a torch.device, jax.Device or str")
+    raise UsageTypeError(f"placement_of: device {device!r} is not a torch.device, jax.Device or str")
 
 
 def _per_replica(obj: Any, backend: str, per_replica: bool | None) -> bool:
@@ -98,21 +100,22 @@ def _torch_items(obj, replica, role, name, labels) -> Iterator[Leaf]:
 
 
 def key_path_str(path: Sequence[Any]) -> str:
-    """"['logits'][0]" for a torch or JAX key path: a field, a mapping key and an attribute all
-    print as ['name'], so a torch ModelOutput (a dict) and a Flax one (a dataclass) get one path."""
+    """".logits.0" for a torch or JAX key path: a field, a mapping key and an attribute all print as
+    their name, so a torch ModelOutput (a dict) and a Flax one (a dataclass) get one path, spelled as
+    every other path of a report (`canonical_path`)."""
     parts = []
     for key in path:
         if hasattr(key, "idx"):  # SequenceKey
-            parts.append(f"[{key.idx}]")
+            parts.append(f".{key.idx}")
         elif hasattr(key, "name"):  # GetAttrKey (namedtuple and dataclass fields)
-            parts.append(f"[{key.name!r}]")
+            parts.append(f".{key.name}")
         else:  # MappingKey / DictKey / FlattenedIndexKey
-            parts.append(f"[{key.key!r}]")
+            parts.append(f".{key.key}")
     return "".join(parts)
 
 
 def torch_leaves_with_paths(obj: Any) -> list[tuple[str, Any]]:
-    """(path, leaf) of a torch pytree, in torch's flatten order, paths as `key_path_str` prints them.
+    """(path, leaf) of a torch pytree, in torch's flatten order, paths as `key_path_str` prints them ('.0').
 
     A type registered with torch's pytree without key functions (transformers registers its
     ModelOutput so) has no key path; its children are named from the spec's context when that is
@@ -128,6 +131,7 @@ def torch_leaves_with_paths(obj: Any) -> list[tuple[str, Any]]:
 
 
 def _spec_paths(spec: Any, prefix: str) -> Iterator[str]:
+    """The paths of a torch pytree spec's leaves, dotted as `key_path_str` prints them."""
     if spec.is_leaf():
         yield prefix
         return
@@ -135,7 +139,7 @@ def _spec_paths(spec: Any, prefix: str) -> Iterator[str]:
     keyed = isinstance(context, (list, tuple)) and len(context) == len(children) \
         and all(isinstance(k, (str, int)) for k in context) and not issubclass(spec.type, (list, tuple))
     for index, child in enumerate(children):
-        key = f"[{context[index]!r}]" if keyed else f"[{index}]"
+        key = f".{context[index]}" if keyed else f".{index}"
         yield from _spec_paths(child, prefix + key)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
-from comparisons._placement_checks import layer_of
+from comparisons.judge import layer_of
 from comparisons.placement import PlacementMap
 from comparisons.render.rows import aligned_rows
 from comparisons.render.text import format_number, headline, verdict

@@ -1,22 +1,20 @@
 """Rows of the side-by-side placement picture: each torch tensor beside its Flax counterpart.
 
 `conv1.weight` sits beside `params.conv1.kernel`, `bn1.running_mean` beside `batch_stats.bn1.mean`,
-`args[0]` beside `args[0]`. Flax tensors with no single torch counterpart (an MHA's query/key/value
+`args.0` beside `args.0`. Flax tensors with no single torch counterpart (an MHA's query/key/value
 kernels, an LSTM's per-gate kernels) follow the last row of their layer; the rest come last.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from comparisons._placement_checks import layer_of
+from comparisons.convert import RULES
+from comparisons.judge import layer_of
 from comparisons.placement import PlacementMap
 
 Key = tuple[str, str]  # (role, path)
 Row = tuple[Key | None, Key | None]  # (torch tensor, Flax tensor)
 
-# torch tensor name within a layer -> Flax leaf names it may become (the rules in convert.py).
-_SYNONYMS = {"weight": ("kernel", "scale", "embedding"), "running_mean": ("mean",), "running_var": ("var",),
-             "out_proj.weight": ("out.kernel",), "out_proj.bias": ("out.bias",)}
 
 
 def aligned_rows(torch_map: PlacementMap, jax_maps: Iterable[PlacementMap],
@@ -44,7 +42,14 @@ def _counterparts(key: Key, layers: Mapping[str, str]) -> list[Key]:
         return [key]
     collection = "batch_stats" if role == "buffer" else "params"
     rest = path[len(layer) + 1:]
-    return [(role, f"{collection}.{layers[layer]}.{name}") for name in _SYNONYMS.get(rest, (rest,))]
+    return [(role, f"{collection}.{layers[layer]}.{name}") for name in flax_names(rest)]
+
+
+def flax_names(suffix: str) -> list[str]:
+    """The Flax leaves a torch suffix may become, as every registered rule declares (`Rule.flax_names`),
+    then the same name; a user's `register_rule` counts as a built-in one."""
+    declared = [rule.flax_names[suffix] for rule in RULES.values() if suffix in rule.flax_names]
+    return list(dict.fromkeys([*declared, suffix]))
 
 
 def _flax_layer(path: str, flax_layers: Iterable[str]) -> str | None:

@@ -12,22 +12,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from comparisons import _declared as declared
-from comparisons._numerics import compare_trees
-from comparisons._runs import BackendRun, RunConfig
+from comparisons.judge import _declared as declared
+from comparisons.judge._numerics import compare_trees
+from comparisons.judge._runs import SUBJECTS
+from comparisons.runs import BackendRun, RunInputs
 
-SUBJECTS = ("outputs", "gradients", "batch_stats", "params_after_steps")
 MODE = "pad_unchecked"
 
 
-def padding_notes(pair: Any, config: RunConfig, strategies: Sequence[str], torch_run: BackendRun,
-                  devices: Sequence[Any], built: tuple[Any, Any, Any], tol: float) -> list[str]:
+def padding_notes(run: RunInputs, built: tuple[Any, Any, Any], torch_run: BackendRun, devices: Sequence[Any], *,
+                  strategies: Sequence[str], tol: float) -> list[str]:
     """The padding section's lines: one headline, then one line per (mapped strategy, subject).
 
     `built` is the pair's (torch module, flax module, variables) as the comparison built them.
     Trains once more per mapped strategy among `strategies` ('pmap' when none is chosen), eagerly.
     """
     import dp_jax
+    from comparisons.runs.jax_run import run_padded
+
+    pair, config = run.pair, run.config
 
     mapped = [s for s in strategies if s in dp_jax.strategies.MAPPED_STRATEGIES] or ["pmap"]
     plan = dp_jax.DataParallel(built[1], list(devices), dim=config.dim, strategy=mapped[0],
@@ -39,33 +42,11 @@ def padding_notes(pair: Any, config: RunConfig, strategies: Sequence[str], torch
     short = plan.chunk_sizes[-1]
     lines = [f"{head} pads the last chunk ({short} row{'s' if short > 1 else ''}) with {plan.pad_rows} "
              f"cop{'ies' if plan.pad_rows > 1 else 'y'} of its last row to {plan.shard_size} rows"]
+    _, flax_module, variables = built
     for strategy in mapped:
-        padded = _train_padded(pair, config, devices, built, strategy)
+        padded = run_padded(run, flax_module, variables, devices, strategy)
         lines += [_line(check) for check in _measure(pair, padded, torch_run, strategy, tol)]
     return lines
-
-
-def _train_padded(pair, config, devices, built, strategy):
-    """The Snapshot of DataParallel(strategy, uneven='pad_unchecked') trained as the harness trains."""
-    import jax
-    import numpy as np
-
-    import dp_jax
-    from comparisons._jax_run import _split, _train, _value_and_grad
-
-    _, flax_module, variables = built
-    variables = jax.device_put(variables, devices[0])
-    inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
-    x = pair.to_flax_inputs(inputs)
-    mutable = ["batch_stats"] if pair.has_batch_stats else False
-    wrapper = dp_jax.DataParallel(flax_module, list(devices), dim=config.dim, strategy=strategy, uneven=MODE)
-
-    def dp_apply(vars_, x_):
-        return _split(wrapper.apply(vars_, *x_, train=True, mutable=mutable), mutable)
-
-    snapshot, _ = _train(_value_and_grad(pair.loss_jax, dp_apply, pair.name), variables, x, targets, config,
-                         lambda: None)
-    return snapshot, sum(leaf.size for leaf in jax.tree.leaves(variables["params"]))
 
 
 def _measure(pair, padded, torch_run, strategy, tol) -> list:

@@ -7,7 +7,6 @@ layer's params/buffers/grads of each replica collapse into one record (its devic
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Sequence
 
 from comparisons.placement import PlacementMap, PlacementRecord
@@ -72,7 +71,7 @@ def compare_placement(pair, torch_map: PlacementMap, jax_map: PlacementMap, labe
     mine = PlacementMap(tuple(
         dataclasses.replace(r, path=names[r.path]) if r.role in _LAYERED_ROLES and r.path in names
         else r for r in by_layer(_without_declared(torch_map, pair.is_torch_only), torch_prefixes)))
-    theirs = by_layer(_without_declared(jax_map, pair.is_flax_only, "/"), flax_prefixes)
+    theirs = by_layer(_without_declared(jax_map, pair.is_flax_only), flax_prefixes)
     # A torch layer's buffers live in Flax's batch_stats collection, its params in params.
     theirs = PlacementMap(tuple(
         dataclasses.replace(r, path="params." + r.path.removeprefix("batch_stats."))
@@ -91,22 +90,15 @@ def _unpadded_inputs(placement: PlacementMap, padded_replica: int | None) -> Pla
     return PlacementMap(tuple(r for r in placement.filter(role="input") if r.replica != padded_replica))
 
 
-def _without_declared(placement: PlacementMap, declared, separator: str = ".") -> PlacementMap:
+def _without_declared(placement: PlacementMap, declared) -> PlacementMap:
     """Without the records a pair declares one-sided (torch's num_batches_tracked always is).
 
-    Names are matched as declared: torch 'a.b.weight', Flax 'params/a/b/kernel', outputs 'logits.0'.
+    Names are matched as declared: torch 'a.b.weight', Flax 'params.a.b.kernel', outputs 'logits.0'
+    (an input or output record's path without its argument name: 'out.logits.0' -> 'logits.0').
     """
     def name(record: PlacementRecord) -> str:
-        if record.role in ("output", "input"):
-            return _plain(record.path)
-        return record.path.replace(".", separator)
+        return record.path.partition(".")[2] if record.role in ("output", "input") else record.path
     return PlacementMap(tuple(r for r in placement if not declared(name(r))))
-
-
-def _plain(path: str) -> str:
-    """"out['logits'][0]" -> "logits.0", the form `_numerics.flatten` gives output leaves."""
-    parts = re.findall(r"\[(?:'([^']*)'|\"([^\"]*)\"|(-?\d+))\]", path)
-    return ".".join(next(p for p in part if p != "") if any(part) else "" for part in parts)
 
 
 def check_aliasing(placement: PlacementMap, label: str) -> Check:

@@ -15,17 +15,17 @@ import torch
 from torch.utils import _pytree
 
 import dp_torch
-from comparisons import _arguments as check
-from comparisons._numerics import to_numpy
-from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig, Snapshot
-from comparisons._trees import output_tree
 from comparisons.placement import PlacementMap, placement_of
+from comparisons.runs import _checks as check
+from comparisons.runs._optimizers import torch_optimizer
+from comparisons.runs._records import BackendRun, RunInputs, Snapshot
+from comparisons.runs._trees import output_tree, to_numpy
 
 
-def run_torch(pair: Any, module: torch.nn.Module, inputs: tuple[np.ndarray, ...], targets: np.ndarray,
-              devices: Sequence[torch.device], reference_device: torch.device, config: RunConfig,
-              progress: Callable[[], None]) -> BackendRun:
+def run_torch(run: RunInputs, module: torch.nn.Module, devices: Sequence[torch.device],
+              reference_device: torch.device, *, progress: Callable[[], None]) -> BackendRun:
     """Train a copy of `module` data-parallel on `devices` and another on `reference_device`."""
+    config = run.config
     captured: list[PlacementMap] = []
 
     def dp_forward(m, x, first):
@@ -34,19 +34,20 @@ def run_torch(pair: Any, module: torch.nn.Module, inputs: tuple[np.ndarray, ...]
     def single_forward(m, x, first):
         return _chunked_forward(m, x, len(devices), config.dim)
 
-    dp = _train(pair, module, inputs, targets, devices, dp_forward, config, progress, captured)
-    single = _train(pair, module, inputs, targets, [reference_device], single_forward, config, progress)
+    dp = _train(run, module, devices, dp_forward, progress, captured)
+    single = _train(run, module, [reference_device], single_forward, progress)
     placement = sum(captured[1:], captured[0])
-    chunks = [r.shape[config.dim] for r in placement.filter(role="input") if r.path == "args[0]"]
+    chunks = [r.shape[config.dim] for r in placement.filter(role="input") if r.path == "args.0"]
     count = sum(p.numel() for p in module.parameters())
     return BackendRun("torch", dp, single, placement, chunks, count)
 
 
-def _train(pair, module, inputs, targets, devices, forward, config, progress, captured=None) -> Snapshot:
+def _train(run: RunInputs, module, devices, forward, progress, captured=None) -> Snapshot:
+    pair, config = run.pair, run.config
     model = copy.deepcopy(module).to(devices[0]).train()
-    optimizer = make_optimizer(config.optimizer, model.parameters())
-    x = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in inputs)
-    y = torch.from_numpy(np.ascontiguousarray(targets)).to(devices[0])
+    optimizer = torch_optimizer(config.optimizer, model.parameters())
+    x = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in run.inputs)
+    y = torch.from_numpy(np.ascontiguousarray(run.targets)).to(devices[0])
     first: dict[str, Any] = {}
     for step in range(config.steps):
         optimizer.zero_grad()
@@ -80,14 +81,6 @@ def _grads(model) -> tuple[dict, tuple[str, ...]]:
         else:
             grads[name] = to_numpy(param.grad)
     return grads, tuple(unused)
-
-
-def make_optimizer(name: str, params) -> torch.optim.Optimizer:
-    """torch.optim's SGD / SGD with momentum / Adam with the hyper-parameters in OPTIMIZERS."""
-    settings = OPTIMIZERS[name]
-    if name == "adam":
-        return torch.optim.Adam(params, lr=settings["lr"])
-    return torch.optim.SGD(params, lr=settings["lr"], momentum=settings.get("momentum", 0.0))
 
 
 def _dp_forward(module, inputs, devices, dim, captured):

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from comparisons._numerics import flatten
+from comparisons.judge._numerics import compare_trees, flatten
+from comparisons.placement import canonical_path
 from comparisons.verdicts import Check
 
 _TORCH_BN_MOMENTUM = 0.1  # torch.nn.BatchNorm's default; transformers' models keep it
@@ -55,7 +56,7 @@ def _unused_check(pair: Any, unused: tuple[str, ...], run: Any, tol: float) -> C
     grads = flatten(run.dp.gradients)
     nonzero = {}
     for layer in layers:
-        prefix = layer.flax.replace("/", ".")
+        prefix = canonical_path(layer.flax)
         for path, leaf in grads.items():
             if _owns(prefix, path) and np.any(leaf != 0):
                 nonzero[path] = float(np.abs(leaf).max())
@@ -141,7 +142,6 @@ def conversion_checks(pair: Any, seed: int, dtype: str) -> list[Check]:
     """
     if pair.variables is None:
         return []
-    from comparisons._numerics import compare_trees
 
     torch_module, flax_module, given = pair.build(seed=seed, dtype=np.dtype(dtype))
     ours = pair.torch_to_flax(torch_module.state_dict(), like=pair.flax_shapes(flax_module))

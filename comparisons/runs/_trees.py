@@ -3,7 +3,7 @@
 A torch `ModelOutput` is a dict, a Flax one a dataclass; a tuple is a sequence either way, and
 any other iterable (a cache object) is read by position. All become nested dicts keyed by field,
 mapping key or position ('0'), with None fields dropped, so
-outputs compare leaf by leaf by path (`_numerics.flatten` names them 'logits', 'hidden.0').
+outputs compare leaf by leaf by path (the judge's `flatten` names them 'logits', 'hidden.0').
 """
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from comparisons._numerics import to_numpy
+import numpy as np
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A host copy of a torch tensor (any device), a JAX array or an array-like (never a view)."""
+    if any(cls.__module__.startswith("torch") for cls in type(value).__mro__):  # subclasses too
+        value = value.detach().to("cpu").numpy()
+    return np.array(value, copy=True)
 
 
 def output_tree(value: Any) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from comparisons._arguments import ComparisonError
+from comparisons.errors import ComparisonError
 
 TORCH_DEVICES = ("cpu", "virtual", "cuda")
 MAX_VIRTUAL = 64  # dp_torch.virtual.install's limit

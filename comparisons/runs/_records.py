@@ -1,19 +1,13 @@
-"""What one backend run produces, and the settings shared by the torch and JAX runs."""
+"""The records of a comparison's runs: what every run takes (RunConfig, RunInputs) and what it gives (Snapshot,
+BackendRun)."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from comparisons.placement import PlacementMap
+import numpy as np
 
-# Hyper-parameters of each optimizer, identical on both sides (torch defaults otherwise:
-# SGD dampening 0, no nesterov; Adam betas (0.9, 0.999), eps 1e-8 added after the sqrt,
-# which are optax's defaults too).
-OPTIMIZERS: dict[str, dict[str, float]] = {
-    "sgd": {"lr": 0.05},
-    "momentum": {"lr": 0.05, "momentum": 0.9},
-    "adam": {"lr": 0.01},
-}
+from comparisons.placement import PlacementMap
 
 
 @dataclasses.dataclass
@@ -58,3 +52,14 @@ class RunConfig:
     dtype: str
     seed: int
     dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+    """What every backend run of one comparison trains on: the pair, the settings, the inputs and targets
+    (numpy, torch's layout, `config.batch_size` rows on the pair's batch axis)."""
+
+    pair: Any
+    config: RunConfig
+    inputs: tuple[np.ndarray, ...]
+    targets: Any

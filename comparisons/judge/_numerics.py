@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from comparisons.runs import to_numpy
 from comparisons.verdicts import Check
 
 # dtype -> tolerance on max |a - b| and on the relative error of the norm (docs/report_schema.md).
@@ -24,13 +25,6 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, np.ndarray]:
             flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
         return flat
     return {prefix: to_numpy(tree)}
-
-
-def to_numpy(value: Any) -> np.ndarray:
-    """A host copy of a torch tensor (any device), a JAX array or an array-like (never a view)."""
-    if any(cls.__module__.startswith("torch") for cls in type(value).__mro__):  # subclasses too
-        value = value.detach().to("cpu").numpy()
-    return np.array(value, copy=True)
 
 
 def compare_trees(subject: str, compared: str, actual: Any, expected: Any, tol: float) -> Check:

@@ -12,14 +12,23 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from comparisons import _arguments as check
-from comparisons import _declared as declared
-from comparisons._arguments import ComparisonError
-from comparisons._backend_devices import TORCH_DEVICES, install_virtual, jax_devices, torch_kind
-from comparisons._backend_devices import torch_devices as torch_device_list
-from comparisons._numerics import TOLERANCES, compare_trees
-from comparisons._runs import OPTIMIZERS, BackendRun, RunConfig
-from comparisons.verdicts import Check, ComparisonReport
+from comparisons import judge
+from comparisons.errors import ComparisonError
+from comparisons.harness import _arguments as check
+from comparisons.placement import canonical_path
+from comparisons.runs import (
+    OPTIMIZERS,
+    TORCH_DEVICES,
+    BackendRun,
+    RunConfig,
+    RunInputs,
+    install_virtual,
+    jax_devices,
+    pair_inputs,
+    torch_kind,
+)
+from comparisons.runs import torch_devices as torch_device_list
+from comparisons.verdicts import ComparisonReport
 
 
 class _StrategyNames(Sequence[str]):
@@ -35,7 +44,6 @@ class _StrategyNames(Sequence[str]):
 
 
 STRATEGIES: Sequence[str] = _StrategyNames()
-_SUBJECTS = ("outputs", "gradients", "batch_stats", "params_after_steps")
 
 
 def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Sequence[str] | None = None,
@@ -62,7 +70,7 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     pair = _resolve_pair(pair)
     config = RunConfig(check.positive("batch_size", batch_size), check.positive("steps", steps),
                        _choice("optimizer", optimizer, tuple(OPTIMIZERS)),
-                       _choice("dtype", dtype, tuple(TOLERANCES)), check.seed(seed), pair.batch_axis)
+                       _choice("dtype", dtype, tuple(judge.TOLERANCES)), check.seed(seed), pair.batch_axis)
     _choice("torch_devices", torch_devices, ("auto", *TORCH_DEVICES))
     check.progress(progress)
     devices = check.positive("devices", devices)
@@ -78,92 +86,52 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     report = ComparisonReport(
         model=pair.name, batch_size=batch_size, devices=devices, chunk_sizes=[], strategies=chosen,
         steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=kind,
-        tolerance={"max_abs": TOLERANCES[dtype], "rel_norm": TOLERANCES[dtype]},
+        tolerance={"max_abs": judge.TOLERANCES[dtype], "rel_norm": judge.TOLERANCES[dtype]},
         notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
     total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
     tick = (lambda label: progress(label, total)) if progress else (lambda label: None)
-    runs = _run_all(pair, config, chosen, torch_list, reference, jax_list, tick)
+    run = _inputs(pair, config)
+    runs = _run_all(run, chosen, (torch_list, reference), jax_list, tick)
+    tol = judge.TOLERANCES[dtype]
     report.chunk_sizes = runs[0].chunk_sizes
-    report.checks = judge(pair, runs, TOLERANCES[dtype]) + declared.conversion_checks(pair, config.seed, dtype)
+    report.checks = judge.judge_runs(pair, runs, tol) + judge.conversion_checks(pair, config.seed, dtype)
     report.placements = {run.label: run.placement for run in runs}
-    report.layers = {layer.torch: layer.flax.replace("/", ".") for layer in pair.mapping}
-    report.notes += [note for run in runs for note in run.notes] + _parametrisation_note(runs)
-    report.notes += declared.notes(pair, runs)
+    report.layers = {layer.torch: canonical_path(layer.flax) for layer in pair.mapping}
+    report.notes += [note for run in runs for note in run.notes] + judge.parametrisation_note(runs)
+    report.notes += judge.declared_notes(pair, runs)
     if padding:
-        report.notes += _padding_section(pair, config, chosen, runs[0], jax_list, TOLERANCES[dtype])
+        report.notes += _padding_section(run, chosen, runs[0], jax_list, tol)
     return report
 
 
-def _padding_section(pair, config, strategies, torch_run, jax_list, tol) -> list[str]:
-    """What uneven='pad' (a pmap port) would change, as labelled notes (comparisons/_padding.py):
-    measured against torch's DataParallel, never judged. Builds the pair again and trains once
-    more per mapped strategy."""
-    from comparisons._padding import padding_notes
-
-    with _jax_precision(config.dtype):
-        return padding_notes(pair, config, strategies, torch_run, jax_list, _build(pair, config), tol)
+def _padding_section(run: RunInputs, strategies, torch_run, jax_list, tol) -> list[str]:
+    """What uneven='pad' (a pmap port) would change, as labelled notes (judge/_padding.py): measured against
+    torch's DataParallel, never judged. Builds the pair again and trains once more per mapped strategy."""
+    with _jax_precision(run.config.dtype):
+        return judge.padding_notes(run, _build(run.pair, run.config), torch_run, jax_list, strategies=strategies,
+                                   tol=tol)
 
 
-def _run_all(pair, config, strategies, torch_list, reference, jax_list, progress) -> list[BackendRun]:
+def _inputs(pair, config: RunConfig) -> RunInputs:
     import numpy as np
 
-    from comparisons._jax_run import run_jax
-    from comparisons._torch_run import run_torch
-
-    torch_module, flax_module, variables = _build(pair, config)
     inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
-    check.pair_inputs(pair, inputs, config.batch_size)
-    runs = [run_torch(pair, torch_module, inputs, targets, torch_list, reference, config,
-                      lambda: progress("torch"))]
-    with _jax_precision(config.dtype):
+    pair_inputs(pair, inputs, config.batch_size)
+    return RunInputs(pair, config, inputs, targets)
+
+
+def _run_all(run: RunInputs, strategies, torch_side, jax_list, progress) -> list[BackendRun]:
+    """torch's run on (its devices, its reference device), then one JAX run per strategy."""
+    from comparisons.runs.jax_run import run_jax
+    from comparisons.runs.torch_run import run_torch
+
+    torch_module, flax_module, variables = _build(run.pair, run.config)
+    runs = [run_torch(run, torch_module, *torch_side, progress=lambda: progress("torch"))]
+    with _jax_precision(run.config.dtype):
         for strategy in strategies:
-            runs.append(run_jax(pair, flax_module, variables, inputs, targets, jax_list, strategy,
-                                config, lambda s=strategy: progress(f"jax:{s}")))
+            runs.append(run_jax(run, flax_module, variables, jax_list, strategy,
+                                progress=lambda s=strategy: progress(f"jax:{s}")))
     return runs
-
-
-def judge(pair: Any, runs: list[BackendRun], tol: float) -> list[Check]:
-    """Every verdict: DP vs single per backend, torch vs each JAX strategy, placement, aliasing."""
-    from comparisons._placement_checks import check_aliasing, compare_placement
-
-    torch_run, checks = runs[0], []
-    for subject in _SUBJECTS:
-        if subject == "batch_stats" and not pair.has_batch_stats:
-            continue
-        for run in runs:
-            checks.append(compare_trees(subject, f"{run.label} DP vs single", getattr(run.dp, subject),
-                                        getattr(run.single, subject), tol))
-        for run in runs[1:]:
-            if subject == "params_after_steps" and run.parameter_count != torch_run.parameter_count:
-                continue  # see _parametrisation_note
-            checks.append(compare_trees(subject, f"torch DP vs {run.label} DP",
-                                        *declared.cross(pair, subject, getattr(run.dp, subject),
-                                                        getattr(torch_run.dp, subject)), tol))
-    checks += _compiled_vs_eager(runs, tol)
-    for run in runs[1:]:
-        checks.append(Check("chunks", f"torch vs {run.label}", run.chunk_sizes == torch_run.chunk_sizes,
-                            detail=f"chunk sizes {run.chunk_sizes} vs torch {torch_run.chunk_sizes}"))
-        checks.append(compare_placement(pair, torch_run.placement, run.placement, run.label,
-                                        padded_replica=run.padded_replica))
-    checks += [check_aliasing(run.placement, run.label) for run in runs
-               if any(r.replica is not None and r.role == "param" for r in run.placement)]
-    return checks + declared.checks(pair, runs, tol)
-
-
-def _compiled_vs_eager(runs: list[BackendRun], tol: float) -> list[Check]:
-    """dp_jax's compiled step (what trained) against its eager path (jax.grad around apply)."""
-    return [compare_trees(subject, f"{run.label} compiled step vs eager", getattr(run.dp, subject),
-                          getattr(run.eager, subject), tol)
-            for run in runs if run.eager is not None for subject in ("gradients", "params_after_steps")]
-
-
-def _parametrisation_note(runs: list[BackendRun]) -> list[str]:
-    torch_count, jax_count = runs[0].parameter_count, runs[-1].parameter_count
-    if torch_count == jax_count:
-        return []
-    return [f"params_after_steps not compared across backends: torch trains {torch_count} parameters and "
-            f"Flax {jax_count} (e.g. LSTM: torch's two biases per gate are one in Flax), so the same "
-            "optimizer moves them differently; outputs and gradients are still compared"]
 
 
 def _build(pair, config):

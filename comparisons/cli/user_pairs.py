@@ -13,12 +13,13 @@ import importlib
 from importlib import metadata
 from typing import Any
 
+from comparisons.errors import UsageError
 from comparisons.models import ModelPair, names, register
 
 ENTRY_POINT_GROUP = "dp_compare.pairs"
 
 
-class UserPairError(ValueError):
+class UserPairError(UsageError):
     """A user pair could not be loaded: the message names the flag or entry point, the value and the fix."""
 
 

@@ -1,0 +1,262 @@
+"""`python -m comparisons demo | run | list | doctor`: compare dp_torch and dp_jax; check a user's model.
+
+Exit status: 0 when every check passes, 1 when one fails, 2 on bad input (a `UsageError`: its message
+alone on stderr), 3 when a multi-process worker fails, 70 on an internal error (any other exception: a
+bug of ours, shown with its traceback), 130 on Ctrl-C (no report file is left behind).
+Pairs from user code: `--pair module:NAME`, `--import module`, and the entry-point group
+`dp_compare.pairs` (comparisons/cli/user_pairs.py).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from comparisons.distributed.cli import PROCESSES_HELP
+from comparisons.doctor import cli as doctor_cli
+from comparisons.errors import UsageError
+from comparisons.harness import STRATEGIES
+from comparisons.render import FORMATS
+from comparisons.runs import TORCH_DEVICES, install_virtual, set_jax_cpu_devices, torch_kind
+
+INTERNAL_ERROR = 70  # EX_SOFTWARE in sysexits.h
+DEMO = {"pair": "cnn_bn", "batch_size": 10, "devices": 4, "steps": 2}
+
+
+_partial: list[str] = []  # the temporary file a report is being written to, while it is
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    catch = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) not in (
+        signal.SIG_IGN, None)
+    previous = signal.signal(signal.SIGINT, _interrupted) if catch else None
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # only where the handler could not be installed
+        print("interrupted (Ctrl-C): no report written", file=sys.stderr)
+        return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted(signum: int, frame) -> None:
+    """Ctrl-C: one line and exit 130 at once. A KeyboardInterrupt would be swallowed where it lands in a
+    garbage-collection callback (JAX has one) or abort inside native code; exiting now cannot be."""
+    for path in _partial:
+        Path(path).unlink(missing_ok=True)
+    sys.stderr.write("interrupted (Ctrl-C): no report written\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "doctor":  # its own exit codes and formats: comparisons/doctor/cli.py
+        return doctor_cli.run(args)
+    try:
+        pair = _load_user_pairs(args)
+        if args.command == "list":
+            return _list()
+        if args.command == "demo":
+            settings = dict(DEMO, strategies=None, optimizer="sgd", dtype="float32", seed=0, torch_devices="auto")
+            fmt, out, html_out = "table", None, args.out
+        else:
+            settings = dict(pair=_model_name(args, pair), batch_size=args.batch, devices=args.devices,
+                            strategies=_strategy_list(args.strategy), steps=args.steps, optimizer=args.optimizer,
+                            dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices,
+                            padding=args.padding)
+            fmt, out, html_out = args.format, args.out, None
+        for path, flag in ((out, "--out"), (html_out, "--out")):
+            if path is not None:
+                _check_writable(path, flag)
+        report = (_run_distributed(args, argv) if getattr(args, "processes", None) is not None \
+            else _run(settings))
+    except UsageError as error:  # ComparisonError, ConversionError, UserPairError, the backends' refusals
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Exception:  # noqa: BLE001 (not the user's input: say so, with the traceback to report)
+        traceback.print_exc()
+        print(f"internal error (exit {INTERNAL_ERROR}): the traceback above is a bug of dp-compare, not of your "
+              "input; please report it", file=sys.stderr)
+        return INTERNAL_ERROR
+    try:
+        emit(report, fmt, out)
+        if html_out is not None:
+            _write(html_out, report.render("html"))
+    except OSError as error:
+        print(f"error: cannot write the report: {error}", file=sys.stderr)
+        return 2
+    return 0 if report.ok else 1
+
+
+def _load_user_pairs(args: argparse.Namespace):
+    """Installed packages' pairs (entry points), then --import modules, then --pair objects (the last returned)."""
+    from comparisons.cli import user_pairs
+
+    if getattr(args, "pairs", None) or getattr(args, "imports", None):
+        # a user module may start JAX on import (transformers' Flax models do): give it its CPU devices first
+        set_jax_cpu_devices(max(8, getattr(args, "devices", None) or 0))
+    user_pairs.load_entry_points()
+    for module in getattr(args, "imports", None) or ():
+        user_pairs.import_module(module)
+    pairs = [user_pairs.load_pair(spec) for spec in getattr(args, "pairs", None) or ()]
+    return pairs[-1] if pairs else None
+
+
+def _model_name(args: argparse.Namespace, pair) -> str:
+    if args.model is not None:
+        return args.model
+    if pair is None:
+        raise UsageError("run: name the model: --model NAME (see `list`), or --pair module:NAME for your own")
+    return pair.name
+
+
+def _check_cuda() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError("--torch-devices cuda: there is no CUDA here (torch.cuda.is_available() is False); "
+                         "use --torch-devices auto (virtual devices vdev:i without GPUs) or cpu")
+
+
+def _check_writable(path: str, flag: str) -> None:
+    """Refuse an --out the report could not be written to, before the comparison spends its time."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; pass a file path, e.g. {flag} {target / 'report.html'}")
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {path}: folder {folder} does not exist; create it or pass a path in an existing one")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".dp-compare-probe-"):
+            pass
+    except OSError as error:
+        raise UsageError(f"{flag} {path}: cannot write in {folder} ({error.strerror}); pass a writable path") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m comparisons",
+                                     description="Compare dp_torch and dp_jax on a model pair.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    listing = commands.add_parser("list", help="list the model pairs and strategies")
+    demo = commands.add_parser("demo", help="cnn_bn, batch 10 on 4 devices; table + report.html")
+    demo.add_argument("--out", default="report.html", help="HTML report path (default report.html)")
+    run = commands.add_parser("run", help="one comparison with your settings")
+    run.add_argument("--model", help="model pair name (see `list`); default: the last --pair")
+    run.add_argument("--devices", type=int, default=4, help="number of devices (default 4)")
+    run.add_argument("--batch", type=int, default=10, help="global batch size (default 10)")
+    run.add_argument("--strategy", action="append", metavar="S",
+                     help=f"dp_jax strategy: {', '.join(STRATEGIES)}; repeatable or a comma list "
+                          "(default: every strategy)")
+    run.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
+    run.add_argument("--padding", action="store_true",
+                     help="also measure what padding the last chunk (a pmap port) would change: labelled "
+                          "'padding' notes, never judged")
+    run.add_argument("--dtype", default="float32", help="float32 or float64 (default float32)")
+    run.add_argument("--optimizer", default="sgd", help="sgd, momentum or adam (default sgd)")
+    run.add_argument("--seed", type=int, default=0, help="weights and inputs seed (default 0)")
+    run.add_argument("--torch-devices", default="auto", choices=("auto", *TORCH_DEVICES),
+                     help="torch replicas on 'cpu' repeated, virtual vdev:i, or CUDA; 'auto' (default): "
+                          "CUDA if it has --devices GPUs, else virtual")
+    run.add_argument("--format", default="table", choices=FORMATS, help="output format (default table)")
+    run.add_argument("--out", help="write the report here instead of stdout")
+    run.add_argument("--processes", type=int, metavar="P", help=PROCESSES_HELP)
+    doctor_cli.add_arguments(commands.add_parser("doctor", help="check your own model for what DataParallel "
+                                                 "will not put on each device", description=doctor_cli.DESCRIPTION))
+    for command in (listing, run):
+        command.add_argument("--pair", action="append", dest="pairs", metavar="MODULE:NAME",
+                             help="your ModelPair object, e.g. my_package.pairs:MY_NET (repeatable; "
+                                  "imported from PYTHONPATH or the current folder)")
+        command.add_argument("--import", action="append", dest="imports", metavar="MODULE",
+                             help="import MODULE first (it registers pairs with comparisons.models.register); "
+                                  "repeatable")
+    return parser
+
+
+def _strategy_list(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [s.strip() for value in values for s in value.split(",") if s.strip()]
+
+
+def _list() -> int:
+    from comparisons import models
+
+    for name in models.names():
+        print(f"{name:<20} {models.get(name).description}")
+    print(f"strategies: {', '.join(STRATEGIES)}")
+    return 0
+
+
+def _run(settings: dict):
+    devices = settings["devices"]
+    settings["torch_devices"] = torch_kind(settings["torch_devices"], devices)
+    if settings["torch_devices"] == "cuda":
+        _check_cuda()
+    if settings["torch_devices"] == "virtual" and isinstance(devices, int) and devices > 0:
+        # process-global, which is fine: the CLI is its own process
+        install_virtual(devices, argument="--devices", cpu_fix="--torch-devices cpu")
+    from comparisons.cli._progress import progress_bar
+    from comparisons.harness import compare
+
+    pair = settings.pop("pair")
+    with progress_bar() as advance:
+        return compare(pair, progress=advance, **settings)
+
+
+def _run_distributed(args: argparse.Namespace, argv: Sequence[str] | None):
+    """DDP and multi-process JAX (comparisons.distributed); a failed worker exits with status 3."""
+    from comparisons.distributed.cli import run_from_args
+
+    return run_from_args(args, argv)
+
+
+def emit(report, fmt: str, out: str | None) -> None:
+    """The report as `fmt` on stdout (the table in colour on a terminal), or into the file `out`."""
+    from rich.console import Console
+
+    from comparisons.render import print_table
+
+    if out is not None:
+        _write(out, report.render(fmt))
+    elif fmt == "table":
+        print_table(report, Console())
+    else:
+        sys.stdout.write(report.render(fmt) + "\n")
+    if fmt != "table":  # the verdicts on the terminal too, beside the report (not inside it)
+        print(_summary(report), file=sys.stdout if out is not None else sys.stderr)
+
+
+def _summary(report) -> str:
+    """Headline, each failed check, and "N/M checks passed": what the table's footer says."""
+    from comparisons.render import headline
+
+    passed = len(report.checks) - len(report.failures)
+    lines = [headline(report), *(f"FAIL {c.subject} ({c.compared}): {c.detail}" for c in report.failures),
+             f"{'OK' if report.ok else 'FAILED'}: {passed}/{len(report.checks)} checks passed"]
+    return "\n".join(lines)
+
+
+def _write(path: str, text: str) -> None:
+    """Write `text` whole or not at all: a temporary file beside `path`, renamed over it."""
+    target = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    _partial.append(temporary)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp's 0600 would make the report private
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    finally:
+        _partial.remove(temporary)
+    print(f"wrote {path}", file=sys.stderr)

@@ -1,0 +1,11 @@
+"""compare(pair, ...): run one model pair through dp_torch and dp_jax and judge every number and placement.
+
+    _compare.py    compare(): checks every argument, builds the pair, runs torch and each strategy, judges
+    _arguments.py  compare()'s argument checks, before any work runs
+
+Above runs/ and judge/; the CLI, distributed/ and the public `comparisons.compare` build on it.
+"""
+from comparisons.errors import ComparisonError
+from comparisons.harness._compare import STRATEGIES, compare
+
+__all__ = ["STRATEGIES", "ComparisonError", "compare"]

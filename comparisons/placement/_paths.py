@@ -1,0 +1,19 @@
+"""One spelling for a tensor's path everywhere in a report: dotted, as torch names its parameters.
+
+torch parameters are 'fc1.weight', Flax variables 'params.fc1.kernel', outputs 'logits.0' and, in a
+placement map, inputs and outputs under their argument name: 'args.0', 'out.logits.0'. That is what
+users type in `torch_only=`; the other spellings they may type are accepted and read as it: Flax's
+'params/fc1/kernel' and Python's "out['logits'][0]".
+"""
+from __future__ import annotations
+
+import re
+
+_SUBSCRIPT = re.compile(r"""\[(?:'([^']*)'|"([^"]*)"|(\d+))\]""")
+
+
+def canonical_path(path: str) -> str:
+    """`path` in the dotted spelling: 'params/fc1/kernel' and "out['logits'][0]" -> 'params.fc1.kernel',
+    'out.logits.0'. Glob patterns keep their wildcards and character classes ('h.[0-9].*')."""
+    dotted = _SUBSCRIPT.sub(lambda m: "." + next(g for g in m.groups() if g is not None), path)
+    return dotted.replace("/", ".").lstrip(".")
