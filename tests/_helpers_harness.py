@@ -1,4 +1,4 @@
-"""Shared pieces for the comparisons harness tests: a small report and a run of the CLI."""
+"""Shared pieces for the comparisons harness tests: small reports drawn from a seed and a run of the CLI."""
 from __future__ import annotations
 
 import os
@@ -6,27 +6,48 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from comparisons.placement import PlacementMap, PlacementRecord
 from comparisons.report import Check, ComparisonReport
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def small_report(passed: bool = True) -> ComparisonReport:
-    """A hand-made report: two checks, one torch and one JAX placement record per device."""
+LAYER_NAMES = ("fc", "head", "dense_in", "proj", "out_layer")
+
+
+def small_report(passed: bool = True, seed: int = 0) -> ComparisonReport:
+    """A hand-made report drawn from `seed`: 1-4 devices, one linear layer of random name and size placed
+    on each of them in torch and JAX, 1-4 passing checks and, unless `passed`, one failing gradient
+    check (detail with HTML to escape) at a random position among them."""
+    rng = np.random.default_rng(seed)
+    devices = int(rng.integers(1, 5))
+    layer = str(rng.choice(LAYER_NAMES))
+    out_features, in_features = (int(n) for n in rng.integers(2, 9, size=2))
     placements = {
-        "torch": PlacementMap(tuple(PlacementRecord(i, "fc.weight", "param", "cpu", i, (4, 3), "float32",
-                                                    i == 0) for i in range(2))),
-        "jax:explicit": PlacementMap(tuple(PlacementRecord(i, "params.fc.kernel", "param", f"cpu:{i}", i,
-                                                           (3, 4), "float32", i == 0) for i in range(2))),
+        "torch": PlacementMap(tuple(PlacementRecord(i, f"{layer}.weight", "param", "cpu", i,
+                                                    (out_features, in_features), "float32", i == 0)
+                                    for i in range(devices))),
+        "jax:explicit": PlacementMap(tuple(PlacementRecord(i, f"params.{layer}.kernel", "param", f"cpu:{i}", i,
+                                                           (in_features, out_features), "float32", i == 0)
+                                           for i in range(devices))),
     }
-    checks = [Check("outputs", "torch DP vs single", True, 0.0, 0.0, 1e-5, "worst leaf out"),
-              Check("gradients", "torch DP vs jax:explicit DP", passed, 3e-3, 2e-2, 1e-5,
-                    "worst leaf fc.kernel <b>")]
-    return ComparisonReport(model="mlp", batch_size=3, devices=2, chunk_sizes=[2, 1], strategies=["explicit"],
-                            steps=1, optimizer="sgd", dtype="float32", seed=0, torch_devices="cpu",
-                            tolerance={"max_abs": 1e-5, "rel_norm": 1e-5}, checks=checks,
-                            placements=placements, notes=["a note"], layers={"fc": "fc"})
+    subjects = ("outputs", "batch_stats", "params_after_steps", "chunks")
+    checks = [Check(str(subject), "torch DP vs single", True, float(rng.uniform(0, 1e-6)), 0.0, 1e-5,
+                    f"worst leaf {layer}")
+              for subject in rng.permutation(subjects)[:int(rng.integers(1, 5))]]
+    if not passed:
+        failing = Check("gradients", "torch DP vs jax:explicit DP", False, float(rng.uniform(1e-3, 9e-3)),
+                        float(rng.uniform(1e-2, 9e-2)), 1e-5, f"worst leaf {layer}.kernel <b>")
+        checks.insert(int(rng.integers(0, len(checks) + 1)), failing)
+    batch = int(rng.integers(devices, 4 * devices + 1))
+    chunk = -(-batch // devices)
+    return ComparisonReport(model=f"net_{seed}", batch_size=batch, devices=devices,
+                            chunk_sizes=[min(chunk, batch - start) for start in range(0, batch, chunk)],
+                            strategies=["explicit"], steps=1, optimizer="sgd", dtype="float32", seed=seed,
+                            torch_devices="cpu", tolerance={"max_abs": 1e-5, "rel_norm": 1e-5}, checks=checks,
+                            placements=placements, notes=["a note"], layers={layer: layer})
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

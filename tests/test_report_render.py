@@ -6,6 +6,8 @@ import re
 
 import pytest
 from _helpers_harness import small_report
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from comparisons.report import SCHEMA_VERSION
 
@@ -14,18 +16,25 @@ TOP_LEVEL = {"schema_version", "model", "batch_size", "devices", "chunk_sizes", 
              "layers"}
 CHECK_FIELDS = {"subject", "compared", "passed", "max_abs", "rel_norm", "tolerance", "detail"}
 RECORD_FIELDS = {"replica", "path", "role", "device", "logical_index", "shape", "dtype", "aliases_original"}
+SEEDS = st.integers(0, 2**32 - 1)
+drawn = settings(max_examples=8, deadline=None)
 
 
-@pytest.mark.parametrize("passed", [True, False])
-def test_json_follows_the_documented_schema(passed):
-    data = json.loads(small_report(passed).render("json"))
+@drawn
+@given(seed=SEEDS, passed=st.booleans())
+def test_json_follows_the_documented_schema(seed, passed):
+    report = small_report(passed, seed)
+    data = json.loads(report.render("json"))
     assert set(data) == TOP_LEVEL
     assert data["schema_version"] == SCHEMA_VERSION
     assert data["ok"] is passed
     assert all(set(check) == CHECK_FIELDS for check in data["checks"])
+    assert [c["subject"] for c in data["checks"]] == [c.subject for c in report.checks]
     rows = [row for rows in data["placements"].values() for row in rows]
     assert rows and all(set(row) == RECORD_FIELDS for row in rows)
-    assert data["placements"]["torch"][1]["shape"] == [4, 3]
+    torch_records = report.placements["torch"].records
+    assert [row["shape"] for row in data["placements"]["torch"]] == [list(r.shape) for r in torch_records]
+    assert data["chunk_sizes"] == report.chunk_sizes and sum(data["chunk_sizes"]) == data["batch_size"]
 
 
 def test_the_schema_document_lists_every_json_field():
@@ -36,53 +45,78 @@ def test_the_schema_document_lists_every_json_field():
         assert f"`{field}`" in text, field
 
 
-def test_table_shows_each_check_and_the_summary():
-    text = small_report(passed=False).render("table")
+def _failing(report):
+    return next(c for c in report.checks if not c.passed)
+
+
+@drawn
+@given(seed=SEEDS)
+def test_table_shows_each_check_and_the_summary(seed):
+    report = small_report(passed=False, seed=seed)
+    text = report.render("table")
+    wrong = _failing(report)
     assert "torch DP vs jax:explicit DP" in text
-    assert re.search(r"gradients .* 3\.00e-03 .* FAIL", text)
-    assert "1/2 checks passed" in text
-    assert "FAIL gradients (torch DP vs jax:explicit DP): worst leaf fc.kernel <b>" in text
+    assert re.search(rf"gradients .* {wrong.max_abs:.2e} .* FAIL", text)
+    assert f"{len(report.checks) - 1}/{len(report.checks)} checks passed" in text
+    layer = next(iter(report.layers))
+    assert f"FAIL gradients (torch DP vs jax:explicit DP): worst leaf {layer}.kernel <b>" in text
 
 
-def test_markdown_has_a_row_per_check_and_the_verdict():
-    text = small_report(passed=False).render("markdown")
+@drawn
+@given(seed=SEEDS)
+def test_markdown_has_a_row_per_check_and_the_verdict(seed):
+    report = small_report(passed=False, seed=seed)
+    text = report.render("markdown")
     rows = [line for line in text.splitlines() if line.startswith("| ") and ("PASS" in line or "FAIL" in line)]
-    assert [row.split(" | ")[0] for row in rows] == ["| outputs", "| gradients"]
-    assert "**FAILED**: 1/2 checks passed." in text
+    assert [row.split(" | ")[0] for row in rows] == [f"| {c.subject}" for c in report.checks]
+    assert f"**FAILED**: {len(report.checks) - 1}/{len(report.checks)} checks passed." in text
 
 
-def test_html_is_self_contained_and_escapes_details():
-    html = small_report(passed=False).render("html")
+@drawn
+@given(seed=SEEDS)
+def test_html_is_self_contained_and_escapes_details(seed):
+    report = small_report(passed=False, seed=seed)
+    html = report.render("html")
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
     for external in ("http://", "https://", "<script", "<link", "src=", "url("):
         assert external not in html
-    assert "worst leaf fc.kernel &lt;b&gt;" in html
-    assert "<tr class=fail>" in html and "FAILED" in html
+    assert f"worst leaf {next(iter(report.layers))}.kernel &lt;b&gt;" in html
+    assert html.count("<tr class=fail>") == 1 and "FAILED" in html
 
 
-def test_html_puts_each_backend_in_a_column_group_with_device_colours_and_aliasing():
-    html = small_report().render("html")
+@drawn
+@given(seed=SEEDS)
+def test_html_puts_each_backend_in_a_column_group_with_device_colours_and_aliasing(seed):
+    report = small_report(seed=seed)
+    n = report.devices
+    html = report.render("html")
     groups = re.findall(r"<th class=group colspan=(\d+)>(.*?)</th>", html)
-    assert groups == [("3", "torch"), ("3", "jax:explicit")]  # tensor name + 2 devices each
+    assert groups == [(str(n + 1), "torch"), (str(n + 1), "jax:explicit")]  # tensor name + a column per device
     cells = re.findall(r"<td class=cell style='background:(#[0-9a-f]{6})'>(r\d)( <span class=alias>≡</span>)?",
                        html)
-    assert [(replica, bool(alias)) for _, replica, alias in cells] == [
-        ("r0", True), ("r1", False), ("r0", True), ("r1", False)]
+    expected = [(f"r{i}", i == 0) for i in range(n)]
+    assert [(replica, bool(alias)) for _, replica, alias in cells] == expected + expected
     colours = {replica: colour for colour, replica, _ in cells}
-    assert colours["r0"] != colours["r1"]
+    assert len(set(colours.values())) == n  # one colour per device
 
 
-def test_html_row_holds_the_torch_tensor_beside_its_flax_counterpart():
-    html = small_report().render("html")
-    row = next(line for line in html.splitlines() if "fc.weight" in line)
-    assert "params.fc.kernel" in row
+@drawn
+@given(seed=SEEDS)
+def test_html_row_holds_the_torch_tensor_beside_its_flax_counterpart(seed):
+    report = small_report(seed=seed)
+    layer = next(iter(report.layers))
+    row = next(line for line in report.render("html").splitlines() if f"{layer}.weight" in line)
+    assert f"params.{layer}.kernel" in row
 
 
-def test_headline_names_the_torch_device_kind():
-    report = small_report()
-    assert "torch on the CPU (repeated 2x)" in report.render("markdown")
+@drawn
+@given(seed=SEEDS)
+def test_headline_names_the_torch_device_kind(seed):
+    report = small_report(seed=seed)
+    n = report.devices
+    assert f"torch on the CPU (repeated {n}x)" in report.render("markdown")
     report.torch_devices = "virtual"
-    assert "torch on virtual devices vdev:0..1" in report.render("table")
+    assert f"torch on virtual devices vdev:0..{n - 1}" in report.render("table")
 
 
 def test_unknown_format_is_refused_with_the_choices():
@@ -98,10 +132,10 @@ def test_rows_pair_torch_tensors_with_flax_ones_and_keep_leftovers_by_their_laye
         return PlacementMap(tuple(PlacementRecord(0, path, role, "cpu", 0, (2,), "float32") for role, path in keys))
 
     torch_map = placement(("param", "attn.in_proj_weight"), ("param", "attn.out_proj.weight"),
-                          ("buffer", "bn.running_mean"), ("buffer", "bn.num_batches_tracked"), ("input", "args[0]"))
+                          ("buffer", "bn.running_mean"), ("buffer", "bn.num_batches_tracked"), ("input", "args.0"))
     jax_map = placement(("param", "params.extra.kernel"), ("buffer", "batch_stats.bn.mean"),
                         ("param", "params.attn.query.kernel"), ("param", "params.attn.out.kernel"),
-                        ("input", "args[0]"))
+                        ("input", "args.0"))
     rows = aligned_rows(torch_map, [jax_map], {"attn": "attn", "bn": "bn"})
     assert rows == [
         (("param", "attn.in_proj_weight"), None),
@@ -109,6 +143,6 @@ def test_rows_pair_torch_tensors_with_flax_ones_and_keep_leftovers_by_their_laye
         (None, ("param", "params.attn.query.kernel")),  # no single torch counterpart: after its layer
         (("buffer", "bn.running_mean"), ("buffer", "batch_stats.bn.mean")),
         (("buffer", "bn.num_batches_tracked"), None),
-        (("input", "args[0]"), ("input", "args[0]")),
+        (("input", "args.0"), ("input", "args.0")),
         (None, ("param", "params.extra.kernel")),  # no layer in the mapping: last
     ]

@@ -38,13 +38,15 @@ def to_table(report: ComparisonReport, width: int = 120) -> str:
 
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=False, color_system=None)
-    console.print(_rich_table(report))
-    _print_footer(console, report)
+    print_table(report, console)
     return buffer.getvalue()
 
 
 def print_table(report: ComparisonReport, console: Any) -> None:
     """Prints the table to a rich `console` (with colour when it is a terminal)."""
+    # Prose lines are never wrapped (soft_wrap): a title would wrap at the table's width, a line at the
+    # console's, and a wrapped path or number no longer greps.
+    console.print(f"{headline(report)}; tolerance {report.tolerance['max_abs']:.0e}", markup=False, soft_wrap=True)
     console.print(_rich_table(report))
     _print_footer(console, report)
 
@@ -52,8 +54,7 @@ def print_table(report: ComparisonReport, console: Any) -> None:
 def _rich_table(report: ComparisonReport):
     from rich.table import Table
 
-    tolerance = report.tolerance["max_abs"]
-    table = Table(title=f"{headline(report)}; tolerance {tolerance:.0e}", title_justify="left")
+    table = Table()
     table.add_column("check", no_wrap=True)
     table.add_column("compared", min_width=16)
     for column in ("max |Δ|", "rel ‖Δ‖"):
@@ -68,9 +69,9 @@ def _rich_table(report: ComparisonReport):
 
 def _print_footer(console: Any, report: ComparisonReport) -> None:
     for note in report.notes:
-        console.print(f"note: {note}", markup=False)
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
     for check in report.failures:
-        console.print(f"FAIL {check.subject} ({check.compared}): {check.detail}", markup=False)
+        console.print(f"FAIL {check.subject} ({check.compared}): {check.detail}", markup=False, soft_wrap=True)
     total, failed = len(report.checks), len(report.failures)
     summary = f"{total - failed}/{total} checks passed"
     console.print(f"[green]{summary}[/]" if report.ok else f"[bold red]{summary}[/]")
