@@ -13,6 +13,9 @@ import pytest
 from _helpers_harness import ROOT
 from _helpers_signals import interruptible
 
+from comparisons import ComparisonError
+from comparisons.convert import ConversionError
+
 FIXTURE = Path(__file__).parent / "user_pairs_fixture"
 
 
@@ -134,3 +137,26 @@ def test_an_unwritable_out_is_refused_before_the_comparison_runs(monkeypatch, tm
     assert f"--out {tmp_path / 'no' / 'r.json'}: folder {tmp_path / 'no'} does not exist" in capsys.readouterr().err
     assert cli.main(["demo", "--out", str(tmp_path)]) == 2
     assert f"--out {tmp_path}: is a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("raised, status", [
+    (ComparisonError("compare: devices=0; pass a positive integer"), 2),
+    (ConversionError("torch_to_flax: missing Flax leaf 'params.fc.kernel'"), 2),
+    (ValueError("operands could not be broadcast together"), 70),  # not a refusal of the input: a bug
+    (KeyError("params"), 70),
+    (RuntimeError("XLA compilation failed"), 70),
+])
+def test_only_usage_errors_are_bad_input_anything_else_is_internal_with_its_traceback(monkeypatch, capsys, raised,
+                                                                                       status):
+    from comparisons import cli
+
+    def comparison(settings):
+        raise raised
+    monkeypatch.setattr("comparisons.cli._main._run", comparison)
+    assert cli.main(["run", "--model", "mlp", "--format", "json"]) == status
+    err = capsys.readouterr().err
+    if status == 2:
+        assert err.strip() == f"error: {raised}" and "Traceback" not in err
+    else:
+        assert "Traceback (most recent call last)" in err and type(raised).__name__ in err
+        assert "internal error (exit 70)" in err.splitlines()[-1]
