@@ -42,7 +42,7 @@ step() {
   printf '%-13s %-6s rc=%-3s %4ss  %s\n' "$name" "$verdict" "$rc" "$((SECONDS - start))" "$*" >> "$SUMMARY"
 }
 
-GPU_TESTS=$(grep -l 'mark\.gpu' tests/test_*.py | tr '\n' ' ')
+GPU_TESTS=$(grep -rl --include='test_*.py' 'mark\.gpu' tests | sort | tr '\n' ' ')
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider -o addopts= -m gpu -rs --junitxml="$OUT/pytest.xml")
 if [ "$DRY_RUN" = 1 ]; then
   # without CUDA every gpu test skips, and pytest exits 5 when all selected tests skipped

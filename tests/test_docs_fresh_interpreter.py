@@ -15,15 +15,10 @@ import pytest
 from test_docs import PAGES, ROOT, python_blocks
 
 QUICK = {"scatter.md", "gather.md"}
-# Pages that do not run pasted yet, each with its reason; strict, so a fixed page must leave this list.
-NOT_YET: dict[str, str] = {}
 
 
 def _marks(page):
-    marks = [] if page.name in QUICK else [pytest.mark.slow]
-    if page.name in NOT_YET:
-        marks.append(pytest.mark.xfail(strict=True, reason=NOT_YET[page.name]))
-    return marks
+    return [] if page.name in QUICK else [pytest.mark.slow]
 
 
 @pytest.mark.parametrize("page", [pytest.param(p, marks=_marks(p), id=p.name) for p in PAGES if python_blocks(p)])

@@ -46,7 +46,7 @@ def test_dry_run_passes_and_writes_every_file_to_one_folder(dry_run):
 def test_dry_run_selects_the_gpu_tests_and_they_skip_without_cuda(dry_run):
     _, out = dry_run
     log = (out / "pytest.log").read_text()
-    assert "tests/test_torch_gpu.py" in (out / "summary.txt").read_text()
+    assert "tests/dp_torch/test_torch_gpu.py" in (out / "summary.txt").read_text()
     assert "skipped" in log and "passed" not in log and "failed" not in log
 
 

@@ -116,14 +116,3 @@ def test_nnx_module_runs_through_split_and_merge():
 def test_not_a_module_nor_callable_raises():
     with pytest.raises(TypeError, match=r"module_or_apply_fn=3 is neither a linen Module nor callable"):
         DataParallel(3)
-
-
-def test_docs_strategies_snippets_run():
-    import pathlib
-    import re
-
-    text = (pathlib.Path(__file__).parent.parent / "docs" / "strategies.md").read_text()
-    namespace: dict = {}
-    for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
-        exec(compile(block, "docs/strategies.md", "exec"), namespace)
-    assert namespace["plan"].short_replica == 2 and namespace["stats"]["batch_stats"]

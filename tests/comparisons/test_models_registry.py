@@ -13,7 +13,7 @@ from flax import linen as nn
 from comparisons import models
 from comparisons.models import ModelPair, flax_nets
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_importing_comparisons_and_models_loads_neither_torch_nor_jax():
