@@ -6,6 +6,8 @@ data and wraps the results on the op's device. Only the `dp_torch.virtual` packa
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 
 from dp_torch.virtual.kernels import CPU_KERNELS
@@ -83,7 +85,15 @@ class VTensor(torch.Tensor):
         return f"VTensor({self._data!r}, device='{self.device}')"
 
     def __reduce_ex__(self, protocol):
-        return _rebuild, (self._data, self._index, self.requires_grad)
+        # PyTorch's own format for storage-less PrivateUse1 tensors (Tensor._reduce_ex_internal):
+        # CPU data plus the device name, which torch.load maps through map_location (str,
+        # torch.device or dict) as it maps CUDA storages. It is on torch's weights_only
+        # allowlist, so map_location="cpu" loads it even where dp_torch is not installed.
+        if getattr(self, "_is_param", False):  # nn.Parameter(v) stays a VTensor: save it as one
+            return torch._utils._rebuild_parameter, (
+                VTensor(self._data, self._index), self.requires_grad, OrderedDict())
+        return torch._utils._rebuild_device_tensor_from_cpu_tensor, (
+            self._data, self.dtype, str(self.device), self.requires_grad)
 
     # Being a "traceable" wrapper makes Module.to/.double swap tensors in place, as CUDA keeps
     # Parameter identity: tied weights stay tied and optimizers keep pointing at the params.
@@ -130,8 +140,10 @@ class VTensor(torch.Tensor):
     storage = untyped_storage
 
 
-def _rebuild(data: torch.Tensor, index: int, requires_grad: bool) -> VTensor:
-    return VTensor(data, index, requires_grad)
+def _rebuild(data: torch.Tensor, index: int, requires_grad: bool) -> torch.Tensor:
+    """Loads checkpoints written before `__reduce_ex__` used PyTorch's format, honouring map_location."""
+    return torch._utils._rebuild_device_tensor_from_cpu_tensor(
+        data, data.dtype, f"{_backend_name}:{index}", requires_grad)
 
 
 def wrap(data: torch.Tensor, index: int) -> VTensor:
