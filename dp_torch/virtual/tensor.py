@@ -131,6 +131,8 @@ class VTensor(torch.Tensor):
         )
 
     def untyped_storage(self):
+        if torch.compiler.is_compiling():  # dynamo asks while it fakes an input or parameter
+            raise _compile_refusal(self.device)
         raise RuntimeError(
             f"{self.device} tensors have no storage of their own: a virtual device keeps a tensor's values "
             "in a CPU tensor. For aliasing checks use dp_torch.virtual.cpu_view(t).untyped_storage() or "
@@ -138,6 +140,18 @@ class VTensor(torch.Tensor):
         )
 
     storage = untyped_storage
+
+
+def _compile_refusal(device: torch.device) -> RuntimeError:
+    """torch.compile's error for vdev tensors; a TorchRuntimeError, so dynamo passes it on unwrapped."""
+    from torch._dynamo.exc import TorchRuntimeError  # loaded already: dynamo is tracing
+
+    return TorchRuntimeError(
+        f"torch.compile cannot trace {device} tensors: dynamo reads every tensor's storage, and a virtual "
+        "device keeps its values in a CPU tensor instead. Run the module on vdev without torch.compile "
+        "(placement checks need no compiler), or compile it where it runs for real: on the CPU "
+        "(module.cpu()) or on a GPU"
+    )
 
 
 def _rebuild(data: torch.Tensor, index: int, requires_grad: bool) -> torch.Tensor:
