@@ -45,11 +45,18 @@ def default_device_ids() -> list[torch.device]:
 def resolve_device(value: DeviceLike, arg_name: str) -> torch.device:
     """Normalise one device argument; ``arg_name`` names it in errors (e.g. ``"device_ids[2]"``).
 
-    Raises ValueError for a device that does not exist on this machine.
+    Raises ValueError for a device that does not exist on this machine, and for ``meta``.
     """
-    if isinstance(value, torch.device) and value.type in _INDEXLESS_TYPES and value.index is None:
-        return value  # already normalised (the common CPU case)
+    if isinstance(value, torch.device) and value.type == "cpu" and value.index is None:
+        return value  # already normalised (the common case)
     device = _parse(value, arg_name)
+    if device.type == "meta":
+        # Checked here, not at the first copy: there it is "Cannot copy out of meta tensor".
+        raise ValueError(
+            f"{arg_name}={value!r} is the meta device, but meta tensors have no data, so no replica can be "
+            "copied to it, run on it or gathered to it; pass 'cpu' or a real device (to check shapes without "
+            "data, run the module itself on meta)"
+        )
     if device.type in _INDEXLESS_TYPES:
         return torch.device(device.type)  # their tensors never carry an index: "cpu:1" tensors report "cpu"
     if device.index is None:

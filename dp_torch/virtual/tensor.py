@@ -6,6 +6,8 @@ data and wraps the results on the op's device. Only the `dp_torch.virtual` packa
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 
 from dp_torch.virtual.kernels import CPU_KERNELS
@@ -83,7 +85,15 @@ class VTensor(torch.Tensor):
         return f"VTensor({self._data!r}, device='{self.device}')"
 
     def __reduce_ex__(self, protocol):
-        return _rebuild, (self._data, self._index, self.requires_grad)
+        # PyTorch's own format for storage-less PrivateUse1 tensors (Tensor._reduce_ex_internal):
+        # CPU data plus the device name, which torch.load maps through map_location (str,
+        # torch.device or dict) as it maps CUDA storages. It is on torch's weights_only
+        # allowlist, so map_location="cpu" loads it even where dp_torch is not installed.
+        if getattr(self, "_is_param", False):  # nn.Parameter(v) stays a VTensor: save it as one
+            return torch._utils._rebuild_parameter, (
+                VTensor(self._data, self._index), self.requires_grad, OrderedDict())
+        return torch._utils._rebuild_device_tensor_from_cpu_tensor, (
+            self._data, self.dtype, str(self.device), self.requires_grad)
 
     # Being a "traceable" wrapper makes Module.to/.double swap tensors in place, as CUDA keeps
     # Parameter identity: tied weights stay tied and optimizers keep pointing at the params.
@@ -121,6 +131,8 @@ class VTensor(torch.Tensor):
         )
 
     def untyped_storage(self):
+        if torch.compiler.is_compiling():  # dynamo asks while it fakes an input or parameter
+            raise _compile_refusal(self.device)
         raise RuntimeError(
             f"{self.device} tensors have no storage of their own: a virtual device keeps a tensor's values "
             "in a CPU tensor. For aliasing checks use dp_torch.virtual.cpu_view(t).untyped_storage() or "
@@ -130,8 +142,22 @@ class VTensor(torch.Tensor):
     storage = untyped_storage
 
 
-def _rebuild(data: torch.Tensor, index: int, requires_grad: bool) -> VTensor:
-    return VTensor(data, index, requires_grad)
+def _compile_refusal(device: torch.device) -> RuntimeError:
+    """torch.compile's error for vdev tensors; a TorchRuntimeError, so dynamo passes it on unwrapped."""
+    from torch._dynamo.exc import TorchRuntimeError  # loaded already: dynamo is tracing
+
+    return TorchRuntimeError(
+        f"torch.compile cannot trace {device} tensors: dynamo reads every tensor's storage, and a virtual "
+        "device keeps its values in a CPU tensor instead. Run the module on vdev without torch.compile "
+        "(placement checks need no compiler), or compile it where it runs for real: on the CPU "
+        "(module.cpu()) or on a GPU"
+    )
+
+
+def _rebuild(data: torch.Tensor, index: int, requires_grad: bool) -> torch.Tensor:
+    """Loads checkpoints written before `__reduce_ex__` used PyTorch's format, honouring map_location."""
+    return torch._utils._rebuild_device_tensor_from_cpu_tensor(
+        data, data.dtype, f"{_backend_name}:{index}", requires_grad)
 
 
 def wrap(data: torch.Tensor, index: int) -> VTensor:

@@ -217,3 +217,38 @@ def test_a_virtual_device_name_before_install_says_to_install():
     with pytest.raises(ValueError, match=r"device_ids\[1\]='vdev:0' is not a device name .*"
                                          r"dp_torch\.virtual\.install\(\) first"):
         dp_torch.DataParallel(mlp(0), ["cpu", "vdev:0"])
+
+
+# --- the meta device: tensors without data can hold no replica --------------------------------
+
+_META_FIX = r"meta tensors have no data.*pass 'cpu' or a real device"
+
+
+@pytest.mark.parametrize("meta", ["meta", "meta:0", torch.device("meta")])
+@pytest.mark.parametrize("position", [0, 1, 2])
+def test_a_meta_device_in_device_ids_is_refused_naming_its_position_value_and_the_fix(meta, position):
+    device_ids = ["cpu", "cpu", "cpu"]
+    device_ids[position] = meta
+    name = re.escape(f"device_ids[{position}]={meta!r}")
+    with pytest.raises(ValueError, match=name + ".*" + _META_FIX):
+        dp_torch.DataParallel(mlp(0), device_ids)
+    with pytest.raises(ValueError, match=name + ".*" + _META_FIX):
+        dp_torch.data_parallel(mlp(0), torch.ones(4, 2), device_ids)
+
+
+def test_a_meta_output_device_is_refused_naming_output_device():
+    with pytest.raises(ValueError, match=r"output_device='meta'.*" + _META_FIX):
+        dp_torch.DataParallel(mlp(0), cpus(2), output_device="meta")
+
+
+def test_replicate_scatter_gather_and_parallel_apply_refuse_a_meta_device_by_name():
+    with pytest.raises(ValueError, match=r"replicate: devices\[1\]='meta'.*" + _META_FIX):
+        dp_torch.replicate(mlp(0), ["cpu", "meta"])
+    with pytest.raises(ValueError, match=r"scatter: target_devices\[0\]='meta'.*" + _META_FIX):
+        dp_torch.scatter(torch.ones(4, 2), ["meta", "cpu"])
+    with pytest.raises(ValueError, match=r"scatter_kwargs: target_devices\[2\]='meta'.*" + _META_FIX):
+        dp_torch.scatter_kwargs((torch.ones(4, 2),), {}, ["cpu", "cpu", "meta"])
+    with pytest.raises(ValueError, match=r"gather: target_device='meta'.*" + _META_FIX):
+        dp_torch.gather([torch.ones(2), torch.ones(2)], "meta")
+    with pytest.raises(ValueError, match=r"parallel_apply: devices\[1\]='meta'.*" + _META_FIX):
+        dp_torch.parallel_apply([mlp(0), mlp(0)], [(torch.ones(1, 2),)] * 2, None, ["cpu", "meta"])

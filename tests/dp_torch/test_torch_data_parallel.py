@@ -173,9 +173,9 @@ def test_integer_device_ids_without_an_accelerator_are_an_error_suggesting_cpu()
 
 
 def test_module_off_device_ids_0_is_an_error_with_pytorchs_text():
-    wrapper = dp_torch.DataParallel(nn.Linear(2, 2), ["meta", "cpu"])
-    expected = r"module must have its parameters and buffers on device meta \(device_ids\[0\]\) but found one of them"
-    with pytest.raises(RuntimeError, match=expected + " on device: cpu"):
+    wrapper = dp_torch.DataParallel(nn.Linear(2, 2).to("meta"), ["cpu", "cpu"])
+    expected = r"module must have its parameters and buffers on device cpu \(device_ids\[0\]\) but found one of them"
+    with pytest.raises(RuntimeError, match=expected + " on device: meta"):
         wrapper(torch.randn(2, 2))
 
 

@@ -136,5 +136,5 @@ def test_replicate_to_no_devices_returns_no_replicas():
 
 
 def test_replicate_of_a_module_off_devices_0_names_the_tensor_and_the_fix():
-    with pytest.raises(RuntimeError, match=r"replicate: 0.weight is on cpu but devices\[0\] is meta"):
-        dp_torch.replicate(mlp(0), ["meta", "cpu"])
+    with pytest.raises(RuntimeError, match=r"replicate: 0.weight is on meta but devices\[0\] is cpu"):
+        dp_torch.replicate(mlp(0).to("meta"), ["cpu", "cpu"])

@@ -2,11 +2,20 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+import textwrap
 
 import torch
 from torch import nn
 
 from dp_torch import virtual
+
+
+def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter (vdev not installed), so an abort ends only that one."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def vdev(i: int) -> torch.device:

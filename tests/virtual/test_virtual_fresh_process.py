@@ -1,16 +1,9 @@
 """install() in fresh processes: what happened before it must not matter, or must fail clearly."""
-import subprocess
-import sys
-import textwrap
-
-
-def _run_python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=120)
+from _helpers_virtual import run_python
 
 
 def test_install_after_a_cpu_backward_still_gives_working_backward_on_every_device():
-    result = _run_python("""
+    result = run_python("""
         import torch
         from dp_torch import virtual
         w = torch.randn(3, requires_grad=True)
@@ -27,7 +20,7 @@ def test_install_after_a_cpu_backward_still_gives_working_backward_on_every_devi
 
 
 def test_devices_before_install_and_install_over_a_named_privateuse1_raise_clearly():
-    result = _run_python("""
+    result = run_python("""
         import torch
         from dp_torch import virtual
         try:
