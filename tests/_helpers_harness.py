@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from _chunks import torch_chunk_sizes
 
 from comparisons.placement import PlacementMap, PlacementRecord
 from comparisons.report import Check, ComparisonReport
@@ -42,9 +43,8 @@ def small_report(passed: bool = True, seed: int = 0) -> ComparisonReport:
                         float(rng.uniform(1e-2, 9e-2)), 1e-5, f"worst leaf {layer}.kernel <b>")
         checks.insert(int(rng.integers(0, len(checks) + 1)), failing)
     batch = int(rng.integers(devices, 4 * devices + 1))
-    chunk = -(-batch // devices)
     return ComparisonReport(model=f"net_{seed}", batch_size=batch, devices=devices,
-                            chunk_sizes=[min(chunk, batch - start) for start in range(0, batch, chunk)],
+                            chunk_sizes=torch_chunk_sizes(batch, devices),
                             strategies=["explicit"], steps=1, optimizer="sgd", dtype="float32", seed=seed,
                             torch_devices="cpu", tolerance={"max_abs": 1e-5, "rel_norm": 1e-5}, checks=checks,
                             placements=placements, notes=["a note"], layers={layer: layer})

@@ -9,9 +9,27 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.monitoring
+import jax.numpy as jnp
 import numpy as np
+from _chunks import torch_chunks
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+def chunked_reference(apply, variables, x, n, *, rngs=None, **kwargs):
+    """(output, chunk 0's collections or None): `apply` on one device, chunk by chunk as torch's
+    DataParallel computes, outputs joined along rows. With `rngs` ({name: key}), chunk i draws from
+    fold_in(key, i), as replica i does; `mutable=` in kwargs returns the collections."""
+    outs, first = [], None
+    for i, rows in enumerate(torch_chunks(len(x), n)):
+        extra = dict(kwargs)
+        if rngs is not None:
+            extra["rngs"] = {name: jax.random.fold_in(key, i) for name, key in rngs.items()}
+        result = apply(variables, jnp.asarray(x[rows]), **extra)
+        out, collections = result if "mutable" in kwargs else (result, None)
+        outs.append(out)
+        first = collections if i == 0 else first
+    return jnp.concatenate(outs), first
 
 
 def devices(n: int) -> list[jax.Device]:

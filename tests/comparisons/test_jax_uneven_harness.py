@@ -9,6 +9,7 @@ import json
 import re
 
 import pytest
+from _chunks import torch_chunk_sizes
 from _helpers_harness import run_cli
 
 from comparisons import compare
@@ -33,8 +34,7 @@ def test_every_strategy_runs_every_batch_and_passes(model, batch):
     report = run_json(model, batch)
     assert report["strategies"] == list(STRATEGIES)
     assert report["ok"] and all(check["passed"] for check in report["checks"])
-    chunk = -(-batch // 4)
-    assert report["chunk_sizes"] == [min(chunk, batch - start) for start in range(0, batch, chunk)]
+    assert report["chunk_sizes"] == torch_chunk_sizes(batch, 4)
 
 
 def padding_lines(report) -> dict[str, str]:

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers_jax import chunked_reference
 from _models_jax import make
 
 from dp_jax import STRATEGIES
@@ -24,11 +25,6 @@ MODES = {  # model -> modes it supports
 }
 
 
-def torch_chunks(batch: int, n: int) -> list[slice]:
-    size = -(-batch // n)
-    return [slice(start, min(start + size, batch)) for start in range(0, batch, size)]
-
-
 def call_kwargs(mode: str, seed: int) -> dict:
     if mode == "dropout":
         return {"train": True, "rngs": {"dropout": jax.random.key(100 + seed)}}
@@ -37,19 +33,12 @@ def call_kwargs(mode: str, seed: int) -> dict:
     return {"train": False}
 
 
-def chunked_reference(model, variables, x, n, mode, seed):
-    """(output, collections) from one device, chunk by chunk as torch's DataParallel computes."""
+def reference(model, variables, x, n, mode, seed):
+    """(output, chunk 0's collections) from one device, chunk by chunk as torch's DataParallel computes."""
     kwargs = call_kwargs(mode, seed)
     apply = jax.jit(model.apply, static_argnames=("train", "mutable"))
-    outs, collections = [], []
-    for i, rows in enumerate(torch_chunks(len(x), n)):
-        extra = dict(kwargs)
-        if "rngs" in extra:
-            extra["rngs"] = {"dropout": jax.random.fold_in(kwargs["rngs"]["dropout"], i)}
-        result = apply(variables, jnp.asarray(x[rows]), **extra)
-        out, coll = result if "mutable" in kwargs else (result, None)
-        outs.append(out), collections.append(coll)
-    return np.concatenate(outs), collections[0]
+    out, collections = chunked_reference(apply, variables, x, n, **kwargs)
+    return np.asarray(out), collections
 
 
 def run(model, variables, x, n, strategy, mode, seed):
@@ -71,7 +60,7 @@ def check_case(name, mode, n, batch, seed=0):
     for strategy in MAPPED:  # bitwise: the same chunk shapes on the same devices
         np.testing.assert_array_equal(np.asarray(results[strategy][0]), np.asarray(out), err_msg=strategy)
         assert_trees_equal(results[strategy][1], coll)
-    ref_out, ref_coll = chunked_reference(model, variables, x, n, mode, seed)
+    ref_out, ref_coll = reference(model, variables, x, n, mode, seed)
     np.testing.assert_allclose(np.asarray(out), ref_out, rtol=1e-6, atol=1e-6)
     jax.tree.map(lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-6),
                  coll, ref_coll)

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _chunks import torch_chunk_sizes
 from _helpers_jax import counting_compiles
 from _models_jax import make
 from hypothesis import given, settings
@@ -63,9 +64,8 @@ def test_plan_keeps_torch_chunks_and_pads_only_the_last_only_when_asked(batch, n
     if uneven == "pad" and strategy == "explicit":
         return
     plan = plan_shards(batch, tuple(jax.devices()[:n]), strategy, uneven)
-    chunk = -(-batch // n)
-    assert sum(plan.chunk_sizes) == batch and len(plan.chunk_sizes) <= n
-    assert set(plan.chunk_sizes[:-1]) <= {chunk} and 0 < plan.chunk_sizes[-1] <= chunk
+    chunk = torch_chunk_sizes(batch, n)[0]
+    assert list(plan.chunk_sizes) == torch_chunk_sizes(batch, n)
     assert len(plan.devices) == len(plan.chunk_sizes)
     short = plan.chunk_sizes[-1] < chunk
     expected_pad = chunk - plan.chunk_sizes[-1] if uneven == "pad" else 0

@@ -11,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from _chunks import torch_chunks
+from _helpers_jax import chunked_reference as chunked
 from _helpers_jax import counting_compiles, devices
 from _models_jax import make
 from jax.sharding import NamedSharding
@@ -21,22 +23,6 @@ from dp_jax.strategies import MAPPED_STRATEGIES as MAPPED
 
 N = 4
 BATCHES = (8, 11, 5, 2)  # equal chunks; 3,3,3,2; 2,2,1 (3 replicas on 4 devices); 1,1
-
-
-def torch_chunks(batch: int, n: int) -> list[slice]:
-    size = -(-batch // n)
-    return [slice(start, min(start + size, batch)) for start in range(0, batch, size)]
-
-
-def chunked(apply, variables, x, n, **kwargs):
-    """(output, chunk 0's collections or None) on one device, chunk by chunk."""
-    outs, first = [], None
-    for i, rows in enumerate(torch_chunks(len(x), n)):
-        result = apply(variables, jnp.asarray(x[rows]), **kwargs)
-        out, collections = result if "mutable" in kwargs else (result, None)
-        outs.append(out)
-        first = collections if i == 0 else first
-    return jnp.concatenate(outs), first
 
 
 def row_mixing(variables, a):

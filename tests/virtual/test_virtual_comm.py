@@ -3,6 +3,7 @@ import warnings
 
 import pytest
 import torch
+from _chunks import torch_chunks
 from _helpers_virtual import assert_close_to_cpu, on_device, vdev
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -144,8 +145,7 @@ def test_stock_data_parallel_runs_and_matches_cpu(n_devices, batch):
     with virtual.stock_comm():
         out = dp(x)
         out.square().sum().backward()
-    chunk = -(-batch // n_devices)
-    ref_out = torch.cat([cpu_model(c) for c in x.split(chunk)])
+    ref_out = torch.cat([cpu_model(x[rows]) for rows in torch_chunks(batch, n_devices)])
     assert_close_to_cpu(ref_out, out, vdev(0), rtol=1e-5, atol=1e-6)
     ref_out.square().sum().backward()
     for p, v_p in zip(cpu_model.parameters(), dp.module.parameters()):
