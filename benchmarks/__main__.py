@@ -1,5 +1,7 @@
-"""Ratio benchmarks of dp_torch and dp_jax: print the tables, write JSON and docs/performance.md.
+"""Ratio benchmarks of dp_torch and dp_jax: print the tables, write JSON and, when asked, docs/performance.md.
 
+A full run writes benchmarks/results.json; docs/performance.md only with --write-docs. A --quick run
+(a smoke test) writes nothing in the repository unless told where, and never a page under docs/.
 JAX's devices are configured here, before JAX initialises (8 emulated CPU devices by default).
 """
 from __future__ import annotations
@@ -12,6 +14,8 @@ from pathlib import Path
 from benchmarks.runner import MODULES, run
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCS_PAGE = ROOT / "docs" / "performance.md"
+RESULTS = ROOT / "benchmarks" / "results.json"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -19,14 +23,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                         help="cpu: 8 emulated JAX CPU devices (default); gpu: CUDA torch + JAX GPU")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and repetitions (smoke test)")
-    parser.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results.json",
-                        help="where to write the results (default benchmarks/results.json)")
-    parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "performance.md",
-                        help="Markdown page to regenerate (default docs/performance.md)")
-    parser.add_argument("--no-docs", action="store_true", help="do not write the Markdown page")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="where to write the results (default benchmarks/results.json for a full run; "
+                             "a --quick run writes JSON only where this says)")
+    parser.add_argument("--write-docs", type=Path, nargs="?", const=DOCS_PAGE, default=None, metavar="PAGE",
+                        help=f"regenerate the Markdown page (default {DOCS_PAGE.relative_to(ROOT)}); a --quick "
+                             "run may write a page only outside docs/")
     parser.add_argument("--only", nargs="+", choices=list(MODULES), default=list(MODULES),
                         help="run only these sections")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.json is None and not args.quick:
+        args.json = RESULTS
+    if args.quick and args.write_docs is not None and (ROOT / "docs") in args.write_docs.resolve().parents:
+        parser.error(f"--quick --write-docs {args.write_docs}: a --quick run's figures are a smoke test, not "
+                     "measurements, and never go into docs/; drop --quick, or write the page elsewhere")
+    return args
 
 
 def configure_jax_devices(device: str) -> None:

@@ -6,14 +6,14 @@ from typing import Any
 
 from benchmarks import report
 
-MARKER = "<!-- benchmarks: everything below is written by `python -m benchmarks` -->"
+MARKER = "<!-- benchmarks: everything below is written by `python -m benchmarks --write-docs` -->"
 
 DEFAULT_HEAD = """# Performance: what data parallelism costs
 
-Regenerate with `python -m benchmarks` (about 10 minutes on 2 cores; `--quick` for a smoke
-run, `--device gpu` on a CUDA machine). Every figure is a **ratio** of two timings taken
-alternately in one run (A, B, B, A, ...), so load on a shared machine slows both sides alike;
-we give the median and the spread (IQR, min-max) of the per-repetition ratios. Absolute
+Regenerate with `python -m benchmarks --write-docs` (about 10 minutes on 2 cores; `--quick` for a
+smoke run, which writes nothing here, `--device gpu` on a CUDA machine). Every figure is a
+**ratio** of two timings taken alternately in one run (A, B, B, A, ...), so load on a shared
+machine slows both sides alike; we give the median and the spread (IQR, min-max) of the per-repetition ratios. Absolute
 times t(A), t(B) are per call, for scale only.
 """
 

@@ -107,11 +107,12 @@ def run(args: argparse.Namespace) -> int:
         results["sections"].append(section)
         print(report.section_markdown(section), flush=True)
     results["machine"]["load average"] = f"{load_before} at start, {load_average()} at end (1-minute)"
-    report.write_json(results, args.json)
-    print(f"[benchmarks] wrote {args.json}", file=sys.stderr)
-    if not args.no_docs:
-        docs_page.write(results, args.docs)
-        print(f"[benchmarks] wrote {args.docs}", file=sys.stderr)
+    if args.json is not None:
+        report.write_json(results, args.json)
+        print(f"[benchmarks] wrote {args.json}", file=sys.stderr)
+    if args.write_docs is not None:
+        docs_page.write(results, args.write_docs)
+        print(f"[benchmarks] wrote {args.write_docs}", file=sys.stderr)
     for line in (failed := failures(results["sections"])):
         print(f"[benchmarks] FAILED: {line}", file=sys.stderr)
     return 1 if failed else 0

@@ -26,7 +26,7 @@ def quick_run(tmp_path_factory):
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out / "results.json"),
-         "--docs", str(out / "performance.md")],
+         "--write-docs", str(out / "performance.md")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -110,7 +110,7 @@ def run_only(module_run, tmp_path, monkeypatch) -> tuple[int, dict]:
     monkeypatch.setitem(runner.MODULES, "planted", "planted_section")
     monkeypatch.setattr(runner, "use_one_torch_thread", lambda: None)  # keep this process's threads
     args = argparse.Namespace(device="cpu", quick=True, only=["planted"], json=tmp_path / "results.json",
-                              docs=tmp_path / "performance.md", no_docs=True)
+                              write_docs=None)
     code = runner.run(args)
     return code, json.loads(args.json.read_text())["sections"][0]
 
@@ -138,3 +138,21 @@ def test_only_named_reasons_may_leave_a_section_unmeasured(tmp_path, monkeypatch
         return Section("planted", "Planted", "nothing", unavailable=reason or None)
 
     assert run_only(measure_nothing, tmp_path, monkeypatch)[0] == code
+
+
+def test_a_quick_run_writes_nothing_into_the_repository_and_is_refused_a_docs_page(tmp_path):
+    """--quick figures are a smoke test: no default JSON, no docs page (refused before any section runs)."""
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    page = ROOT / "docs" / "performance.md"
+    before = page.read_text()
+    refused = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--write-docs"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "never go into docs/" in refused.stderr
+    assert "[benchmarks]" not in refused.stderr  # refused before any section ran
+    results = ROOT / "benchmarks" / "results.json"
+    stamp = results.stat().st_mtime_ns if results.exists() else None
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "breakdown"], cwd=tmp_path,
+                          env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "wrote" not in done.stderr and page.read_text() == before
+    assert (results.stat().st_mtime_ns if results.exists() else None) == stamp
