@@ -4,6 +4,7 @@ A line the doctor should point at carries the comment `# doctor: <kind>`; the te
 number from that marker, so the expectation does not come from the doctor's own code.
 """
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 COUNTER = torch.zeros(3)  # moved to vdev:0 by the test that uses GlobalOffset
@@ -154,6 +155,49 @@ class WithBatchNorm(nn.Module):
 
     def forward(self, x):
         return self.bn(self.fc(x))
+
+
+class FunctionalBatchNorm(nn.BatchNorm2d):
+    """timm's pattern: a BatchNorm subclass with its own forward calling F.batch_norm (clean)."""
+
+    def forward(self, x):
+        if self.training:
+            self.num_batches_tracked.add_(1)
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, self.training,
+                            self.momentum, self.eps)
+
+
+class SuperBatchNorm(nn.BatchNorm2d):
+    """A BatchNorm subclass whose forward calls super().forward (clean)."""
+
+    def forward(self, x):
+        return super().forward(x).relu()
+
+
+class CountingBatchNorm(nn.BatchNorm2d):
+    """A BatchNorm subclass with a buffer of its own, written in place (lost-inplace-update)."""
+
+    def __init__(self, channels):
+        super().__init__(channels)
+        self.register_buffer("seen", torch.zeros(()))
+
+    def forward(self, x):
+        self.seen += x.shape[0]  # doctor: lost-inplace-update (BatchNorm subclass)
+        return super().forward(x)
+
+
+class BatchNormSubclasses(nn.Module):
+    """Stock BatchNorm beside two subclasses of it; `counted=True` adds one with its own counter."""
+
+    def __init__(self, counted: bool = False):
+        super().__init__()
+        self.functional = FunctionalBatchNorm(3)
+        self.calls_super = SuperBatchNorm(3)
+        self.stock = nn.BatchNorm2d(3)
+        self.counted = CountingBatchNorm(3) if counted else nn.Identity()
+
+    def forward(self, x):
+        return self.counted(self.stock(self.calls_super(self.functional(x))))
 
 
 class Sound(nn.Module):

@@ -134,6 +134,20 @@ def registered_slots(replica: nn.Module) -> list[tuple[str, torch.Tensor, bool]]
     for path, module in replica.named_modules():
         params = getattr(module, "_former_parameters", None) or module._parameters
         slots.extend((_join(path, name), t, False) for name, t in params.items() if t is not None)
-        slots.extend((_join(path, name), t, _is_torch_class(module))
+        slots.extend((_join(path, name), t, _torch_owned_buffer(module, name))
                      for name, t in module._buffers.items() if t is not None)
     return slots
+
+
+def _torch_owned_buffer(module: nn.Module, name: str) -> bool:
+    """True for a buffer of a torch layer, also when the user subclasses the layer (timm's BatchNorms).
+
+    A subclass's own buffers stay the user's: only the names the torch base class registers count.
+    """
+    if _is_torch_class(module):
+        return True
+    return isinstance(module, _NormBase) and name in _NORM_BUFFERS
+
+
+_NormBase = nn.modules.batchnorm._NormBase  # BatchNorm*, InstanceNorm*, SyncBatchNorm and their Lazy forms
+_NORM_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked"})

@@ -190,6 +190,21 @@ def test_attribute_a_pre_hook_recomputes_on_each_replica_is_not_reported():
     assert report.ok and report.notes == ()
 
 
+@pytest.mark.parametrize("seed", [22, 23])
+def test_batchnorm_subclasses_keep_their_statistics_unreported_like_stock_batchnorm(seed):
+    x = torch.randn(8, 3, 4, 4, generator=torch.Generator().manual_seed(seed))
+    report = doctor_torch(models.BatchNormSubclasses().train(), x, backward=True)
+    assert report.ok, report.render()
+
+
+def test_a_buffer_of_its_own_on_a_batchnorm_subclass_is_still_a_lost_update():
+    x = torch.randn(8, 3, 4, 4, generator=torch.Generator().manual_seed(24))
+    report = doctor_torch(models.BatchNormSubclasses(counted=True).train(), x)
+    assert [(f.kind, f.where, f.replicas) for f in report.findings] == [
+        ("lost-inplace-update", "counted.seen", (1, 2, 3))]
+    assert at(report.findings[0].source, marked_line("lost-inplace-update (BatchNorm subclass)")[0])
+
+
 def test_batchnorm_running_statistics_come_from_chunk_0_as_documented():
     module = models.WithBatchNorm().train()
     x = batch(seed=15)
