@@ -138,6 +138,47 @@ class CachesOutput(nn.Module):
         return out
 
 
+class WeightCache(nn.Module):
+    """A dict on self filled in forward with a tensor of the replica that got there first (shared-cache)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.cache = {}
+
+    def forward(self, x):
+        if "w" not in self.cache:
+            self.cache["w"] = self.fc.weight.t() * 2  # doctor: shared-cache
+        return x @ self.cache["w"]
+
+
+class KeepsInputs(nn.Module):
+    """A list on self that every replica appends to in forward (shared-cache)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(x.detach())  # doctor: shared-cache
+        return self.fc(x)
+
+
+class CacheByDevice(nn.Module):
+    """A dict on self keyed by the replica's device: each replica reads its own entry (clean)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.cache = {}
+
+    def forward(self, x):
+        if x.device not in self.cache:
+            self.cache[x.device] = torch.arange(2.0, device=x.device)
+        return self.fc(x) + self.cache[x.device]
+
+
 class BatchSized(nn.Module):
     """Reshapes with the global batch size, which each replica does not have (run-error)."""
 

@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from comparisons.doctor.source import user_line
+from comparisons.doctor.torch_walk import entries
 
 aten = torch.ops.aten
 # Ops that move data between devices: they may mix devices by design.
@@ -35,7 +36,7 @@ _CREATES = {id(op) for op in (aten.lift_fresh.default, aten.lift_fresh_copy.defa
 class Origin:
     """Why a tensor is on the wrong device: the finding it belongs to."""
 
-    kind: str   # unreplicated-tensor | unreplicated-module | fixed-device-creation
+    kind: str   # unreplicated-tensor | unreplicated-module | fixed-device-creation | shared-cache
     where: str  # attribute path or the user's file:line
     op: str = ""
 
@@ -72,6 +73,7 @@ class Recorder:
         self.known: dict[int, tuple[torch.Tensor, Origin]] = {}  # shared tensors, by identity
         self.tainted = WeakIdKeyDictionary()                     # tensor -> Origin
         self.slots: list[list[tuple[str, tuple, bool]]] = []     # per replica: (path, span, torch-owned)
+        self.containers: list[tuple[str, object]] = []          # (path, list/dict/set) every replica shares
         self.repairs = 0  # tensors moved to keep a run going; backward cannot follow such moves
         self.errors: list[tuple[BaseException, str | None, int | None]] = []  # (error, user line, replica)
 
@@ -88,7 +90,18 @@ class Recorder:
         if entry is not None and entry[0] is tensor:
             return entry[1]
         with self.lock:
-            return self.tainted.get(tensor)
+            origin = self.tainted.get(tensor)
+        return origin if origin is not None else self._stored_in_container(tensor)
+
+    def _stored_in_container(self, tensor: torch.Tensor) -> Origin | None:
+        """A tensor another replica put in a shared list or dict during this forward (a shared cache)."""
+        for path, container in self.containers:
+            try:
+                if any(obj is tensor for _, obj in entries(path, container)):
+                    return Origin("shared-cache", path)
+            except RuntimeError:  # another replica's thread resized it mid-walk; it is seen at the end
+                continue
+        return None
 
     def taint(self, tensor: torch.Tensor, origin: Origin) -> None:
         with self.lock:

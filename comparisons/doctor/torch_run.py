@@ -17,11 +17,20 @@ from torch.utils._pytree import tree_leaves
 
 import dp_torch
 from comparisons.doctor.findings import DoctorReport
-from comparisons.doctor.source import assignment_line, error_line
+from comparisons.doctor.source import assignment_line, error_line, fill_line
 from comparisons.doctor.torch_cuda_names import CudaAsReplicaDevice
 from comparisons.doctor.torch_probe import Origin, Recorder, ReplicaProbe, memory_span
 from comparisons.doctor.torch_report import findings_of
-from comparisons.doctor.torch_walk import Shared, assigned_since, find_shared, registered_slots, state_snapshot
+from comparisons.doctor.torch_walk import (
+    Shared,
+    SharedContainer,
+    assigned_since,
+    entries,
+    find_shared,
+    registered_slots,
+    shared_containers,
+    state_snapshot,
+)
 
 
 def doctor_torch(module: nn.Module, *inputs: Any, devices: int | Sequence[torch.device] = 4,
@@ -102,12 +111,15 @@ class _ProbedDataParallel(dp_torch.DataParallel):
         self.replicas_run = len(replicas)
         shared = _prepare(self.recorder, replicas, devices)
         before = state_snapshot(replicas)
+        containers = shared_containers(replicas[0])
+        self.recorder.containers = [(c.path, c.container) for c in containers]
         remap = devices[0].type not in ("cuda", "cpu")
         probed = [_ProbedReplica(r, i, self.recorder, remap) for i, r in enumerate(replicas)]
         try:
             return dp_torch.parallel_apply(probed, inputs, kwargs, devices)
         finally:
             _forget_replaced(self.recorder, shared)
+            _note_filled(self.recorder, containers, len(replicas))
             for index, (replica, snapshot) in enumerate(zip(replicas, before)):
                 for path, owner, name in assigned_since(snapshot, replica):
                     line = assignment_line(type(owner), name)
@@ -137,6 +149,17 @@ def _forget_replaced(recorder: Recorder, shared: list[Shared]) -> None:
         evidence = recorder.evidence.get(("unreplicated-tensor", item.path))
         if evidence is not None and not evidence.uses and item.replaced_on_every_replica():
             del recorder.evidence[("unreplicated-tensor", item.path)]
+
+
+def _note_filled(recorder: Recorder, containers: list[SharedContainer], replicas: int) -> None:
+    """A shared list or dict the replicas filled: every replica that ran used the one container."""
+    for item in containers:
+        if not item.filled():
+            continue
+        devices = {t.device for _, t in entries(item.path, item.container) if isinstance(t, torch.Tensor)}
+        for index in range(replicas):
+            evidence = recorder.note("shared-cache", item.path, index, devices)
+        evidence.detail.update(container=item.container, filled_at=fill_line(type(item.owner), item.name))
 
 
 class _ProbedReplica:

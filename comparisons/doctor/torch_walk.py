@@ -44,16 +44,16 @@ def module_attributes(module: nn.Module) -> Iterator[tuple[str, object]]:
             yield name, value
 
 
-def _entries(prefix: str, value: object, depth: int = 0) -> Iterator[tuple[str, object]]:
+def entries(prefix: str, value: object, depth: int = 0) -> Iterator[tuple[str, object]]:
     """Tensors and modules in `value`, recursing into lists, tuples and dicts, with their paths."""
     if isinstance(value, (torch.Tensor, nn.Module)):
         yield prefix, value
     elif depth < _MAX_DEPTH and isinstance(value, (list, tuple)):
         for i, item in enumerate(value[:_MAX_ITEMS]):
-            yield from _entries(f"{prefix}[{i}]", item, depth + 1)
+            yield from entries(f"{prefix}[{i}]", item, depth + 1)
     elif depth < _MAX_DEPTH and isinstance(value, dict):
         for key, item in list(value.items())[:_MAX_ITEMS]:
-            yield from _entries(f"{prefix}[{key!r}]", item, depth + 1)
+            yield from entries(f"{prefix}[{key!r}]", item, depth + 1)
 
 
 def _join(path: str, name: str) -> str:
@@ -83,7 +83,7 @@ def find_shared(replicas: list[nn.Module], devices: list[torch.device]) -> tuple
     for index, (replica, device) in enumerate(zip(replicas, devices)):
         for path, module in replica.named_modules():
             for name, value in module_attributes(module):
-                for entry_path, obj in _entries(_join(path, name), value):
+                for entry_path, obj in entries(_join(path, name), value):
                     tensors = module_tensors(obj) if isinstance(obj, nn.Module) else [obj]
                     wrong = _wrong_device(tensors, device)
                     if wrong is None:
@@ -109,6 +109,59 @@ def state_snapshot(replicas: list[nn.Module]) -> list[dict[str, dict[str, object
 
 def _is_torch_class(module: nn.Module) -> bool:
     return type(module).__module__.split(".")[0] == "torch"
+
+
+@dataclass
+class SharedContainer:
+    """A list, dict or set on a user module: replicate shares it, so every replica fills the same one."""
+
+    path: str                 # "encoder.cache"
+    owner: nn.Module          # the original module whose attribute it is
+    name: str
+    container: object
+    before: object            # its fingerprint before the replicas ran
+
+    def filled(self) -> bool:
+        """True when the replicas changed it, other than by entries keyed by a device (a per-replica cache)."""
+        if isinstance(self.container, dict) and isinstance(self.before, tuple):
+            old = dict(self.before)
+            changed = [key for key, print_ in _fingerprint(self.container) if old.get(key) != print_]
+            return any(not _names_a_device(key) for key in changed) or len(old) > len(self.container)
+        return _fingerprint(self.container) != self.before
+
+
+def shared_containers(replica: nn.Module) -> list[SharedContainer]:
+    """The lists, dicts and sets on the user's modules of a replica (the same objects on every replica)."""
+    found, seen = [], set()
+    for path, module in replica.named_modules():
+        if _is_torch_class(module):
+            continue  # torch's own layers keep their caches to themselves (RNNs' flat weights)
+        for name, value in module_attributes(module):
+            if isinstance(value, (list, dict, set)) and id(value) not in seen:
+                seen.add(id(value))
+                found.append(SharedContainer(_join(path, name), module, name, value, _fingerprint(value)))
+    return found
+
+
+def _fingerprint(value: object, depth: int = 0) -> object:
+    """What a fill changes: the identities of a container's entries, nested containers included.
+
+    For a dict, a tuple of (key, fingerprint of the value) pairs. Cost: one pass over the entries.
+    """
+    if depth >= _MAX_DEPTH or not isinstance(value, (list, tuple, dict, set)):
+        return id(value)
+    if isinstance(value, dict):
+        return tuple((key, _fingerprint(item, depth + 1)) for key, item in list(value.items())[:_MAX_ITEMS])
+    if isinstance(value, set):
+        return frozenset(map(id, value))
+    return (id(value), tuple(_fingerprint(item, depth + 1) for item in value[:_MAX_ITEMS]), len(value))
+
+
+def _names_a_device(key: object) -> bool:
+    """`x.device`, or a tuple holding one (`(x.device, x.dtype)`): the idiom for a cache per replica."""
+    if isinstance(key, tuple):
+        return any(isinstance(part, torch.device) for part in key)
+    return isinstance(key, torch.device)
 
 
 def assigned_since(before: dict[str, dict[str, object]], replica: nn.Module) -> list[tuple[str, nn.Module, str]]:

@@ -160,6 +160,33 @@ def test_output_stored_on_self_is_state_on_self():
     assert not hasattr(model, "last_output")  # the original never saw it
 
 
+@pytest.mark.parametrize("model, attribute, container", [
+    (models.WeightCache, "cache", dict), (models.KeepsInputs, "seen", list)], ids=["dict", "list"])
+@pytest.mark.parametrize("seed", [25, 26])
+def test_a_dict_or_list_filled_in_forward_is_a_shared_cache_at_its_filling_line(model, attribute, container, seed):
+    module = model()
+    report = doctor_torch(module, batch(seed=seed))
+    assert report.kinds() == ["shared-cache"], report.render()
+    [finding] = report.findings
+    assert finding.where == attribute and finding.replicas == (0, 1, 2, 3)
+    dict_line, list_line = marked_line("shared-cache")  # WeightCache's, then KeepsInputs'
+    assert at(finding.source, dict_line if container is dict else list_line)
+    assert container.__name__ in finding.message
+    assert isinstance(getattr(module, attribute), container) and getattr(module, attribute)  # the original's
+
+
+def test_the_weight_cache_really_fails_under_stock_data_parallel():
+    model = models.WeightCache().to("vdev:0")
+    model.cache["w"] = model.fc.weight.t() * 2  # as replica 0 leaves it: on vdev:0
+    with virtual.stock_comm(), pytest.raises(RuntimeError, match="in replica 1"):
+        nn.DataParallel(model, device_ids=[0, 1, 2, 3])(batch(seed=27))
+
+
+def test_a_cache_keyed_by_the_replicas_device_is_clean():
+    report = doctor_torch(models.CacheByDevice(), batch(seed=28), backward=True)
+    assert report.ok and report.notes == (), report.render()
+
+
 def test_reshape_with_the_global_batch_is_a_run_error_in_the_users_line():
     report = doctor_torch(models.BatchSized(), batch(seed=12))
     assert report.kinds() == ["run-error"]
