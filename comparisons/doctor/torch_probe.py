@@ -74,6 +74,7 @@ class Recorder:
         self.tainted = WeakIdKeyDictionary()                     # tensor -> Origin
         self.slots: list[list[tuple[str, tuple, bool]]] = []     # per replica: (path, span, torch-owned)
         self.containers: list[tuple[str, object]] = []          # (path, list/dict/set) every replica shares
+        self.renamed: dict[str, tuple[str, str | None]] = {}    # "vdev:0" -> ("cuda:0", the user's line)
         self.repairs = 0  # tensors moved to keep a run going; backward cannot follow such moves
         self.errors: list[tuple[BaseException, str | None, int | None]] = []  # (error, user line, replica)
 

@@ -11,6 +11,7 @@ def findings_of(recorder: Recorder) -> list[Finding]:
     for evidence in recorder.evidence.values():
         message = _MESSAGES[evidence.kind](evidence)
         if message is not None:
+            message += _renamed_words(recorder, evidence)
             findings.append(Finding(evidence.kind, evidence.where, tuple(sorted(evidence.replicas)),
                                     tuple(sorted(evidence.devices)), message, FIXES[evidence.kind],
                                     _source(evidence)))
@@ -18,6 +19,13 @@ def findings_of(recorder: Recorder) -> list[Finding]:
     if recorder.errors:
         findings.append(_run_error(*recorder.errors[0]))
     return findings
+
+
+def _renamed_words(recorder: Recorder, evidence: Evidence) -> str:
+    """Where a device in the finding is the virtual stand-in for a `cuda:k` the model names."""
+    pairs = [f"{device} is the model's {recorder.renamed[device][0]}" for device in sorted(evidence.devices)
+             if device in recorder.renamed]
+    return f" ({'; '.join(pairs)}, run on virtual devices)" if pairs else ""
 
 
 def _source(evidence: Evidence) -> str | None:

@@ -66,6 +66,9 @@ def doctor_torch(module: nn.Module, *inputs: Any, devices: int | Sequence[torch.
     if model is not None and 0 < model.replicas_run < len(device_list):
         notes.append(f"the batch gave {model.replicas_run} chunk(s) for {len(device_list)} devices, so only "
                      f"replicas 0..{model.replicas_run - 1} ran; use a batch of at least {len(device_list)}")
+    notes += [f"the model names {cuda} (at {line or 'an unknown line'}); with no CUDA here the doctor ran it on "
+              f"{device} (cuda:k -> vdev:k; cuda and .cuda() -> the replica's own device, as in DataParallel's "
+              f"worker)" for device, (cuda, line) in sorted(recorder.renamed.items())]
     return DoctorReport(target or type(module).__name__, "torch", tuple(map(str, device_list)),
                         tuple(findings_of(recorder)), tuple(notes))
 
@@ -171,7 +174,7 @@ class _ProbedReplica:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with contextlib.ExitStack() as modes:
             if self.remap_cuda:
-                modes.enter_context(CudaAsReplicaDevice(self.recorder.devices, self.index))
+                modes.enter_context(CudaAsReplicaDevice(self.recorder.devices, self.index, self.recorder.renamed))
             modes.enter_context(ReplicaProbe(self.recorder, self.index))
             try:
                 output = self.module(*args, **kwargs)

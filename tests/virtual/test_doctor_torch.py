@@ -93,6 +93,24 @@ def test_tensor_made_on_a_fixed_device_points_at_its_creation(model, replicas, d
     assert f"{MODELS_FILE.name}:{creation + 1}" in finding.message  # where it was mixed
 
 
+@pytest.mark.parametrize("index", [0, 2])
+def test_a_hard_coded_cuda_index_is_reported_as_the_virtual_device_it_was_run_on(index):
+    class CudaIndexed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 4)
+
+        def forward(self, x):
+            return self.fc(x) + torch.ones(4, device=f"cuda:{index}")
+
+    report = doctor_torch(CudaIndexed(), batch(seed=29 + index))
+    [finding] = report.findings
+    assert finding.kind == "fixed-device-creation" and finding.devices == (f"vdev:{index}",)
+    assert f"cuda:{index}" in finding.message and f"vdev:{index}" in finding.message
+    [note] = [n for n in report.notes if f"cuda:{index}" in n]
+    assert f"vdev:{index}" in note and "test_doctor_torch.py:" in note
+
+
 def test_cuda_without_index_means_the_replicas_own_device():
     assert doctor_torch(models.CudaCurrent(), batch(seed=6)).ok
 
