@@ -30,6 +30,30 @@ class Scaled(nn.Module):
         return x * self.scale[1]
 
 
+class TupleAttribute(nn.Module):
+    """`bounds` is a tuple of tensors on self: shared from device 0 like a list (unreplicated-tensor)."""
+
+    def __init__(self, low: float, high: float):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.bounds = (torch.full((4,), low), torch.full((4,), high))
+
+    def forward(self, x):
+        return self.fc(x).clamp(min=-1.0) * self.bounds[1]  # doctor: unreplicated-tensor (tuple)
+
+
+class ScalarAttribute(nn.Module):
+    """A 0-dim CPU tensor on self: every device's ops take it as a scalar, as CUDA's do (clean)."""
+
+    def __init__(self, temperature: float):
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.temperature = torch.tensor(temperature)
+
+    def forward(self, x):
+        return self.fc(x) / self.temperature
+
+
 class ListOfLayers(nn.Module):
     """Sub-modules in a plain list (unreplicated-module)."""
 

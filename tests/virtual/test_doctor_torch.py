@@ -49,6 +49,30 @@ def test_plain_tensor_in_a_list_is_unreplicated_tensor_at_its_path():
     assert first.source is None  # never read in forward, still shared
 
 
+@pytest.mark.parametrize("low, high", [(0.5, 2.0), (-3.0, 7.5)])
+def test_a_tensor_inside_a_tuple_attribute_is_found_at_its_index(low, high):
+    report = doctor_torch(models.TupleAttribute(low, high), batch(seed=31))
+    assert [(f.kind, f.where) for f in report.findings] == [("unreplicated-tensor", "bounds[0]"),
+                                                            ("unreplicated-tensor", "bounds[1]")]
+    read = report.findings[1]
+    assert read.replicas == (0, 1, 2, 3) and read.devices == ("cpu",)
+    assert at(read.source, marked_line("unreplicated-tensor (tuple)")[0])
+
+
+@pytest.mark.parametrize("temperature", [0.5, 3.0])
+def test_a_0_dim_cpu_tensor_attribute_is_a_scalar_and_sound(temperature):
+    report = doctor_torch(models.ScalarAttribute(temperature), batch(seed=32), backward=True)
+    assert report.ok and report.notes == (), report.render()
+
+
+def test_the_0_dim_cpu_attribute_really_runs_under_stock_data_parallel():
+    model, x = models.ScalarAttribute(2.5), batch(seed=33)
+    expected = model(x)
+    with virtual.stock_comm():
+        out = nn.DataParallel(model.to("vdev:0"), device_ids=[0, 1, 2, 3])(x)
+    torch.testing.assert_close(virtual.cpu_view(out), expected)
+
+
 def test_tensor_moved_to_device_0_is_wrong_on_the_other_replicas_only():
     model = models.PlainAttribute().to("vdev:0")
     scaled = model.encoder[1]
