@@ -29,6 +29,7 @@ _MOVES = {id(op) for op in (aten._to_copy.default, aten.copy_.default, aten._cop
 # CUDA accepts CPU index tensors in indexing (`x[cpu_index]`).
 _INDEXES = {id(op) for op in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
                               aten._index_put_impl_.default)}
+_MAX_MADE = 10_000  # tensors made on a wrong device that are kept by storage address, per run
 _CREATES = {id(op) for op in (aten.lift_fresh.default, aten.lift_fresh_copy.default)}
 
 
@@ -74,6 +75,7 @@ class Recorder:
         self.tainted = WeakIdKeyDictionary()                     # tensor -> Origin
         self.slots: list[list[tuple[str, tuple, bool]]] = []     # per replica: (path, span, torch-owned)
         self.containers: list[tuple[str, object]] = []          # (path, list/dict/set) every replica shares
+        self.made: dict[int, tuple[object, Origin]] = {}        # storage address -> (storage, origin) made off-device
         self.renamed: dict[str, tuple[str, str | None]] = {}    # "vdev:0" -> ("cuda:0", the user's line)
         self.repairs = 0  # tensors moved to keep a run going; backward cannot follow such moves
         self.errors: list[tuple[BaseException, str | None, int | None]] = []  # (error, user line, replica)
@@ -92,6 +94,9 @@ class Recorder:
             return entry[1]
         with self.lock:
             origin = self.tainted.get(tensor)
+            made = self.made.get(memory_span(tensor)[0]) if origin is None and self.made else None
+        if made is not None:
+            return made[1]
         return origin if origin is not None else self._stored_in_container(tensor)
 
     def _stored_in_container(self, tensor: torch.Tensor) -> Origin | None:
@@ -104,9 +109,19 @@ class Recorder:
                 continue
         return None
 
-    def taint(self, tensor: torch.Tensor, origin: Origin) -> None:
+    def taint(self, tensor: torch.Tensor, origin: Origin, made: bool = False) -> None:
+        """Remember why `tensor` is on the wrong device; `made`: it was just created there.
+
+        A made tensor is also kept by its storage, held alive so its address is not reused (the
+        storage, not the tensor: a kept tensor would block `.to()`'s swap of a Parameter made from it):
+        torch wraps a layer's new weights in Parameters outside the dispatcher, aliasing the storage.
+        """
         with self.lock:
             self.tainted[tensor] = origin
+            if made and len(self.made) < _MAX_MADE:
+                storage = _cpu_data(tensor).untyped_storage()
+                if storage.data_ptr():
+                    self.made.setdefault(storage.data_ptr(), (storage, origin))
 
 
 class ReplicaProbe(TorchDispatchMode):
@@ -176,13 +191,16 @@ class ReplicaProbe(TorchDispatchMode):
 
     # (3) outputs left on another device than the replica's
     def _follow(self, func, args, kwargs, out) -> None:
+        inputs = {id(t) for t in _tensors(args, kwargs)}
         for result in _tensors(out, {}):
-            if result.device == self.device or _is_scalar(result):
-                continue
+            if result.device == self.device or _is_scalar(result) or id(result) in inputs:
+                continue  # an in-place op returns its input: its origin is known already, and a weak
+                # reference to it would stop `.to()` swapping it (a Parameter's init on virtual devices)
             origin = self._inherited_origin(args, kwargs, result.device)
-            if origin is None and (id(func) in _MOVES or id(func) in _CREATES or not any(_tensors(args, kwargs))):
+            if origin is None and (id(func) in _MOVES or id(func) in _CREATES or _no_tensor(args, kwargs)):
                 origin = Origin("fixed-device-creation", user_line() or str(func), f"{func} -> {result.device}")
-            if origin is not None:
+                self.recorder.taint(result, origin, made=True)
+            elif origin is not None:
                 self.recorder.taint(result, origin)
 
     def _inherited_origin(self, args, kwargs, device) -> Origin | None:
@@ -207,6 +225,11 @@ def _tensors(args, kwargs):
             for item in value:
                 if isinstance(item, torch.Tensor):
                     yield item
+
+
+def _no_tensor(args, kwargs) -> bool:
+    """True for an op with no tensor argument (a factory such as aten.ones); never asks a tensor's truth."""
+    return next(_tensors(args, kwargs), None) is None
 
 
 def _replace(obj, moved: dict[int, torch.Tensor]):

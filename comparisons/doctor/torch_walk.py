@@ -102,9 +102,14 @@ def state_snapshot(replicas: list[nn.Module]) -> list[dict[str, dict[str, object
 
     torch's own modules may cache on self during forward (RNNs); that is not the user's state.
     """
-    return [{path: {name: value for name, value in vars(m).items() if name not in _INTERNALS}
-             for path, m in replica.named_modules() if not _is_torch_class(m)}
+    return [{path: _own_state(m) for path, m in replica.named_modules() if not _is_torch_class(m)}
             for replica in replicas]
+
+
+def _own_state(module: nn.Module) -> dict[str, object]:
+    """A module's attributes and sub-modules: `self.head = nn.Linear(...)` lands in `_modules`."""
+    return {**{name: value for name, value in vars(module).items() if name not in _INTERNALS},
+            **module._modules}
 
 
 def _is_torch_class(module: nn.Module) -> bool:
@@ -170,8 +175,8 @@ def assigned_since(before: dict[str, dict[str, object]], replica: nn.Module) -> 
     for path, module in replica.named_modules():
         if path not in before:
             continue
-        for name, value in vars(module).items():
-            if name not in _INTERNALS and (name not in before[path] or before[path][name] is not value):
+        for name, value in _own_state(module).items():
+            if name not in before[path] or before[path][name] is not value:
                 changed.append((path, module, name))
     return changed
 
