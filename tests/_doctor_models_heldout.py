@@ -118,6 +118,20 @@ class ExponentialAverage(nn.Module):
         return h
 
 
+class RebindsBuffer(nn.Module):
+    """Rebinds a registered buffer in forward (`self.ema = ...`), where the in-place form was meant."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("ema", torch.zeros(4))
+
+    def forward(self, x):
+        h = self.fc(x)
+        self.ema = 0.9 * self.ema + 0.1 * h.detach().mean(0)
+        return h
+
+
 class CountingParametrization(nn.Module):
     """A parametrization that counts its calls in a buffer of its own (`runs`, on the class, counts all)."""
 

@@ -107,9 +107,13 @@ def state_snapshot(replicas: list[nn.Module]) -> list[dict[str, dict[str, object
 
 
 def _own_state(module: nn.Module) -> dict[str, object]:
-    """A module's attributes and sub-modules: `self.head = nn.Linear(...)` lands in `_modules`."""
+    """A module's attributes, sub-modules and buffers, each of which `self.name = ...` may rebind.
+
+    `self.head = nn.Linear(...)` lands in `_modules`, `self.ema = 0.9 * self.ema + ...` in `_buffers`,
+    both the replica's own dicts; an in-place update keeps the buffer's identity and is not a rebinding.
+    """
     return {**{name: value for name, value in vars(module).items() if name not in _INTERNALS},
-            **module._modules}
+            **module._modules, **module._buffers}
 
 
 def _is_torch_class(module: nn.Module) -> bool:

@@ -85,6 +85,11 @@ def average_comes_from_chunk_0_only(model, x):
     assert not torch.allclose(expected, 0.1 * cpu.fc(x).mean(0).detach(), atol=1e-3)
 
 
+def rebound_buffer_never_reaches_the_original(model, x):
+    stock_step(model, x)
+    assert not virtual.cpu_view(model.ema).any()  # still the zeros of __init__: every replica's value lost
+
+
 def parametrization_counts_1_of_4_runs(model, x):
     runs, calls = models.CountingParametrization.runs, model.fc.parametrizations.weight[0].calls.item()
     stock_step(model, x)
@@ -122,6 +127,7 @@ HAZARDS = [
     Hazard(models.HeadsInDict, [("unreplicated-module", "heads['cls']")]),
     Hazard(models.LazyHead, [("state-on-self", "head")], head_never_reaches_the_original),
     Hazard(models.ExponentialAverage, [("lost-inplace-update", "average")], average_comes_from_chunk_0_only),
+    Hazard(models.RebindsBuffer, [("state-on-self", "ema")], rebound_buffer_never_reaches_the_original),
     Hazard(models.CountingParametrized, [("lost-inplace-update", "fc.parametrizations.weight.0.calls")],
            parametrization_counts_1_of_4_runs),
     Hazard(models.GlobalMask, [("cross-device-op", marked("cross-device-op"))]),
