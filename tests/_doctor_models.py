@@ -3,6 +3,8 @@
 A line the doctor should point at carries the comment `# doctor: <kind>`; the tests find the line
 number from that marker, so the expectation does not come from the doctor's own code.
 """
+import time
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -174,6 +176,22 @@ class WeightCache(nn.Module):
         if "w" not in self.cache:
             self.cache["w"] = self.fc.weight.t() * 2  # doctor: shared-cache
         return x @ self.cache["w"]
+
+
+class SlowToFill(nn.Module):
+    """A dict on self filled after a pause: run at once, every replica finds it empty (shared-cache)."""
+
+    def __init__(self, pause: float):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+        self.cache = {}
+        self.pause = pause
+
+    def forward(self, x):
+        if "bias" not in self.cache:
+            time.sleep(self.pause)  # every replica's thread gets here before any fills the cache
+            self.cache["bias"] = torch.ones(2, device=x.device)
+        return self.fc(x) + self.cache["bias"]
 
 
 class KeepsInputs(nn.Module):

@@ -12,6 +12,41 @@ from torch.nn.utils import parametrize
 PADDING_MASK = torch.tensor([1.0, 1.0, 0.0, 1.0])  # a module-level tensor on the CPU
 
 
+class Symmetric(nn.Module):
+    """A parametrization: the weight's upper triangle, mirrored."""
+
+    def forward(self, weight):
+        return weight.triu() + weight.triu(1).transpose(0, 1)
+
+
+class Parametrized(nn.Module):
+    """A Linear whose weight goes through `parametrization` (torch.nn.utils.parametrize)."""
+
+    parametrization: type[nn.Module] = Symmetric
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        parametrize.register_parametrization(self.fc, "weight", self.parametrization())
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class NormAfterLinear(nn.Module):
+    """A Linear, then a normalisation layer of class `norm_class`."""
+
+    norm_class: type[nn.Module] = nn.BatchNorm1d
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.norm = self.norm_class(4)
+
+    def forward(self, x):
+        return self.norm(self.fc(x))
+
+
 # --- hazards ------------------------------------------------------------------------------------
 
 class PositionCache(nn.Module):
@@ -132,7 +167,7 @@ class RebindsBuffer(nn.Module):
         return h
 
 
-class CountingParametrization(nn.Module):
+class CountingParametrization(Symmetric):
     """A parametrization that counts its calls in a buffer of its own (`runs`, on the class, counts all)."""
 
     runs = 0
@@ -144,17 +179,11 @@ class CountingParametrization(nn.Module):
     def forward(self, weight):
         type(self).runs += 1
         self.calls.add_(1)
-        return weight.triu() + weight.triu(1).transpose(0, 1)
+        return super().forward(weight)
 
 
-class CountingParametrized(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        parametrize.register_parametrization(self.fc, "weight", CountingParametrization())
-
-    def forward(self, x):
-        return self.fc(x)
+class CountingParametrized(Parametrized):
+    parametrization = CountingParametrization
 
 
 class GlobalMask(nn.Module):
@@ -200,14 +229,8 @@ class BatchNormWithOwnStatistic(nn.BatchNorm1d):
                             self.momentum, self.eps)
 
 
-class WithOwnStatistic(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        self.norm = BatchNormWithOwnStatistic(4)
-
-    def forward(self, x):
-        return self.norm(self.fc(x))
+class WithOwnStatistic(NormAfterLinear):
+    norm_class = BatchNormWithOwnStatistic
 
 
 class RememberedOutput(nn.Module):
@@ -256,14 +279,8 @@ class SuperInstanceNorm(nn.InstanceNorm1d):
         return super().forward(x.unsqueeze(-1).expand(-1, -1, 3)).mean(-1)
 
 
-class WithInstanceNorm(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        self.norm = SuperInstanceNorm(4)
-
-    def forward(self, x):
-        return self.norm(self.fc(x))
+class WithInstanceNorm(NormAfterLinear):
+    norm_class = SuperInstanceNorm
 
 
 class CachePerDevice(nn.Module):
@@ -297,21 +314,10 @@ class BuffersPerEntry(nn.Module):
         return h + x if self.config["residual"] else h
 
 
-class Symmetric(nn.Module):
-    def forward(self, weight):
-        return weight.triu() + weight.triu(1).transpose(0, 1)
-
-
-class SymmetricLinear(nn.Module):
+class SymmetricLinear(Parametrized):
     """torch.nn.utils.parametrize with a stateless parametrization."""
 
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        parametrize.register_parametrization(self.fc, "weight", Symmetric())
-
-    def forward(self, x):
-        return self.fc(x)
+    parametrization = Symmetric
 
 
 class ListsAndDictsOfLayers(nn.Module):

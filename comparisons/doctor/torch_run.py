@@ -3,11 +3,14 @@
 The run is `dp_torch.DataParallel` itself, with its `parallel_apply` step wrapped: before the
 replicas run, their `__dict__`s are searched for what `replicate` shared (torch_walk); while each
 runs, a dispatch mode watches its ops in its own thread (torch_probe); afterwards, attributes the
-replicas assigned are collected. Needs distinct devices: CUDA GPUs, or virtual ones on a CPU.
+replicas assigned are collected. The replicas take turns, in index order, so what one finds does not
+depend on thread timing (which replica fills a shared cache first, say). Needs distinct devices:
+CUDA GPUs, or virtual ones on a CPU.
 """
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -117,7 +120,8 @@ class _ProbedDataParallel(dp_torch.DataParallel):
         containers = shared_containers(replicas[0])
         self.recorder.containers = [(c.path, c.container) for c in containers]
         remap = devices[0].type not in ("cuda", "cpu")
-        probed = [_ProbedReplica(r, i, self.recorder, remap) for i, r in enumerate(replicas)]
+        turns = _Turns()
+        probed = [_ProbedReplica(r, i, self.recorder, remap, turns) for i, r in enumerate(replicas)]
         try:
             return dp_torch.parallel_apply(probed, inputs, kwargs, devices)
         finally:
@@ -165,14 +169,39 @@ def _note_filled(recorder: Recorder, containers: list[SharedContainer], replicas
         evidence.detail.update(container=item.container, filled_at=fill_line(type(item.owner), item.name))
 
 
+class _Turns:
+    """Replica i runs after replica i-1 has finished: one order, the same in every doctor run.
+
+    A replica whose worker never calls it (a failure before the call) holds the next one up for at
+    most `patience` seconds; then the runs overlap, as in DataParallel itself.
+    """
+
+    def __init__(self, patience: float = 60.0) -> None:
+        self.patience = patience
+        self.done_up_to = 0  # replicas below this index have finished
+        self.condition = threading.Condition()
+
+    @contextlib.contextmanager
+    def turn(self, index: int):
+        with self.condition:
+            self.condition.wait_for(lambda: self.done_up_to >= index, timeout=self.patience)
+        try:
+            yield
+        finally:
+            with self.condition:
+                self.done_up_to = max(self.done_up_to, index + 1)
+                self.condition.notify_all()
+
+
 class _ProbedReplica:
     """Calls a replica inside the probe modes, which are thread-local, so in its worker thread."""
 
-    def __init__(self, module: nn.Module, index: int, recorder: Recorder, remap_cuda: bool) -> None:
+    def __init__(self, module: nn.Module, index: int, recorder: Recorder, remap_cuda: bool, turns: _Turns) -> None:
         self.module, self.index, self.recorder, self.remap_cuda = module, index, recorder, remap_cuda
+        self.turns = turns
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with contextlib.ExitStack() as modes:
+        with self.turns.turn(self.index), contextlib.ExitStack() as modes:
             if self.remap_cuda:
                 modes.enter_context(CudaAsReplicaDevice(self.recorder.devices, self.index, self.recorder.renamed))
             modes.enter_context(ReplicaProbe(self.recorder, self.index))

@@ -217,6 +217,16 @@ def test_a_dict_or_list_filled_in_forward_is_a_shared_cache_at_its_filling_line(
     assert isinstance(getattr(module, attribute), container) and getattr(module, attribute)  # the original's
 
 
+@pytest.mark.parametrize("pause", [0.02, 0.1])
+def test_replicas_take_turns_so_replica_0_fills_a_shared_cache_and_the_others_read_it(pause):
+    module = models.SlowToFill(pause)
+    report = doctor_torch(module, batch(seed=34))
+    assert report.kinds() == ["shared-cache"], report.render()
+    [finding] = report.findings
+    assert finding.devices == ("vdev:0",) and "replicas read entries another replica stored" in finding.message
+    assert module.cache["bias"].device == torch.device("vdev:0")
+
+
 def test_the_weight_cache_really_fails_under_stock_data_parallel():
     model = models.WeightCache().to("vdev:0")
     model.cache["w"] = model.fc.weight.t() * 2  # as replica 0 leaves it: on vdev:0
