@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from comparisons.doctor.findings import FIXES, KINDS, Finding, replica_list
-from comparisons.doctor.torch_probe import Evidence, Recorder
+from comparisons.doctor.torch_recorder import Evidence, Recorder
 
 
 def findings_of(recorder: Recorder) -> list[Finding]:

@@ -22,7 +22,8 @@ import dp_torch
 from comparisons.doctor.findings import DoctorReport
 from comparisons.doctor.source import assignment_line, error_line, fill_line
 from comparisons.doctor.torch_cuda_names import CudaAsReplicaDevice
-from comparisons.doctor.torch_probe import Origin, Recorder, ReplicaProbe, memory_span
+from comparisons.doctor.torch_probe import ReplicaProbe
+from comparisons.doctor.torch_recorder import Origin, Recorder, memory_span
 from comparisons.doctor.torch_report import findings_of
 from comparisons.doctor.torch_walk import (
     Shared,
