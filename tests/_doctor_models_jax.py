@@ -10,6 +10,7 @@ OFFSET = jax.device_put(np.ones(2, np.float32), jax.devices()[1])  # committed t
 SHIFT = jnp.ones(2)                                                # uncommitted: follows the computation
 SEEN = []
 CALLS = 0
+LATEST = {"input": None}  # a global dict with the key already there
 
 
 class Offset(nn.Module):
@@ -54,6 +55,15 @@ class Counts(nn.Module):
     def __call__(self, x):
         global CALLS
         CALLS += 1  # doctor: side-effect-in-trace
+        return nn.Dense(2)(x)
+
+
+class StoresLatest(nn.Module):
+    """Assigns to an existing key of a global dict while tracing (side-effect-in-trace)."""
+
+    @nn.compact
+    def __call__(self, x):
+        LATEST["input"] = x  # doctor: side-effect-in-trace
         return nn.Dense(2)(x)
 
 

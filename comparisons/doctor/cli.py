@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,12 +41,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run backward on the sum of the floating outputs (torch)")
     parser.add_argument("--format", default="table", choices=FORMATS, help="output format (default table)")
     parser.add_argument("--out", help="write the report here instead of stdout")
+    _take_negative_looking_shapes(parser)
+
+
+def _take_negative_looking_shapes(parser: argparse.ArgumentParser) -> None:
+    """Let `--input-shape -1,3` reach the shape check, which names the fix, instead of argparse's
+    "expected one argument".
+
+    argparse before Python 3.13 takes only `-1` or `-0.5` for a negative number, and reads `-1,3` as an
+    unknown option. This widens that private pattern on this parser alone (the doctor has no option
+    that looks like a number); where the attribute is gone (3.13 changed it), argparse needs no help.
+    """
+    if isinstance(getattr(parser, "_negative_number_matcher", None), re.Pattern):
+        parser._negative_number_matcher = re.compile(r"^-\d[\d,\s]*$|^-\d*\.\d+$")
 
 
 def run(args: argparse.Namespace) -> int:
     """The doctor subcommand: 0 clean, 1 findings, 2 bad usage."""
-    _set_jax_cpu_devices(max(8, args.devices))
     try:
+        if args.out:
+            check_writable(args.out)
+        _set_jax_cpu_devices(max(8, args.devices))
         report = _diagnose(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -61,6 +77,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text + "\n")
     return 0 if report.ok else 1
+
+
+def check_writable(out: str) -> None:
+    """Refuse `--out` before any work when the report could not be written there."""
+    path = Path(out)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UsageError(f"--out {out}: is a folder; pass a file path, e.g. --out {path / 'doctor.html'}")
+    if not folder.is_dir():
+        raise UsageError(f"--out {out}: the folder {str(folder)!r} does not exist; create it or pass a path "
+                         "in an existing folder")
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        raise UsageError(f"--out {out}: not writable; pass a path you can write")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,11 +191,11 @@ def _classify(made: Any, spec: str) -> tuple[str, Any, Any]:
 def _random_inputs(shapes: list[str], dtype: str, backend: str) -> tuple[tuple, dict]:
     import numpy as np
 
+    parsed = [_shape(shape) for shape in shapes]
     try:
-        parsed = [tuple(int(n) for n in shape.split(",") if n.strip()) for shape in shapes]
         np_dtype = np.dtype(dtype)
-    except (ValueError, TypeError) as error:
-        raise UsageError(f"--input-shape {shapes} / --dtype {dtype!r}: {error}; shapes look like 8,3") from error
+    except TypeError as error:
+        raise UsageError(f"--dtype {dtype!r}: {error}; pass a numpy dtype such as float32 or int64") from error
     rng = np.random.default_rng(0)
     arrays = [rng.integers(0, 10, shape).astype(np_dtype) if np_dtype.kind in "iu"
               else rng.standard_normal(shape).astype(np_dtype) for shape in parsed]
@@ -175,6 +204,18 @@ def _random_inputs(shapes: list[str], dtype: str, backend: str) -> tuple[tuple, 
 
         return tuple(torch.from_numpy(a) for a in arrays), {}
     return tuple(arrays), {}
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    """'8,3' -> (8, 3); every dim a positive integer, batch first."""
+    try:
+        shape = tuple(int(n) for n in text.split(",") if n.strip())
+    except ValueError as error:
+        raise UsageError(f"--input-shape {text}: {error}; shapes look like 8,3") from error
+    if not shape or min(shape) < 1:
+        raise UsageError(f"--input-shape {text}: dims must be positive integers, batch first; shapes look "
+                         "like 8,3")
+    return shape
 
 
 def _user_inputs(spec: str, batch: int) -> tuple[tuple, dict]:

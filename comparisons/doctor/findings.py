@@ -22,6 +22,8 @@ FIXES = {
                            "the forward, or compute it outside DataParallel",
     "state-on-self": "return the value from forward instead of storing it on self (a replica is "
                      "thrown away after the forward)",
+    "shared-cache": "keep per-call values local to forward (or return them); a cache that must outlive "
+                    "the call is keyed by device (self.cache[x.device]) or built in __init__ as buffers",
     "closed-over-array": "pass it in the variables (a collection such as 'constants') or as an "
                          "argument, so dp_jax.replicate puts a copy on every device",
     "side-effect-in-trace": "keep the function pure: return the value, or use jax.debug.print / "

@@ -6,6 +6,7 @@ something is recorded, never per op.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import sysconfig
 from types import FrameType
@@ -98,10 +99,25 @@ def assignment_line(cls: type, attribute: str) -> str | None:
     Best effort: the doctor sees that a replica assigned the attribute, not where; the class's source
     says where it is written. Cost: reads the source file once per call.
     """
-    import inspect
-    import re
+    return _first_line_outside_init(cls, rf"\bself\.{re.escape(attribute)}\s*(=(?!=)|\+=|-=|\*=|/=|:)")
 
-    pattern = re.compile(rf"\bself\.{re.escape(attribute)}\s*(=(?!=)|\+=|-=|\*=|/=|:)")
+
+def fill_line(cls: type, attribute: str) -> str | None:
+    """'file.py:line' where `cls`'s methods fill the container `self.<attribute>`, or None.
+
+    An item assignment or a mutating method call (`self.cache[k] = v`, `self.seen.append(x)`), else
+    the first mention outside `__init__` (a fill through a local alias). Cost: as `assignment_line`.
+    """
+    name = re.escape(attribute)
+    filled = (rf"\bself\.{name}\s*\[[^\]]*\]\s*(=(?!=)|[-+*/|&]=)|\bself\.{name}\."
+              rf"(append|extend|insert|update|setdefault|add|pop|popitem|clear|remove|discard|__setitem__)\(")
+    return _first_line_outside_init(cls, filled) or _first_line_outside_init(cls, rf"\bself\.{name}\b")
+
+
+def _first_line_outside_init(cls: type, pattern: str) -> str | None:
+    import inspect
+
+    compiled = re.compile(pattern)
     for klass in cls.__mro__:
         try:
             lines, first = inspect.getsourcelines(klass)
@@ -112,6 +128,6 @@ def assignment_line(cls: type, attribute: str) -> str | None:
         for offset, text in enumerate(lines):
             defined = re.match(r"\s*def (\w+)", text)
             method = defined.group(1) if defined else method
-            if method != "__init__" and pattern.search(text) and filename and is_user_file(filename):
+            if method != "__init__" and compiled.search(text) and filename and is_user_file(filename):
                 return f"{short_path(filename)}:{first + offset}"
     return None

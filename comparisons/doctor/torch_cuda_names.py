@@ -10,14 +10,22 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
+from comparisons.doctor.source import user_line
+
 
 class CudaAsReplicaDevice(TorchFunctionMode):
-    """Maps CUDA device names in torch calls to `devices` (index-less: `devices[replica]`)."""
+    """Maps CUDA device names in torch calls to `devices` (index-less: `devices[replica]`).
 
-    def __init__(self, devices: list[torch.device], replica: int) -> None:
+    `renamed`, when given, collects each indexed name it mapped: `{"vdev:0": ("cuda:0", "model.py:12")}`,
+    so the report can say that a `vdev:k` it names is the model's `cuda:k`.
+    """
+
+    def __init__(self, devices: list[torch.device], replica: int,
+                 renamed: dict[str, tuple[str, str | None]] | None = None) -> None:
         super().__init__()
         self.devices = devices
         self.replica = replica
+        self.renamed = renamed
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -47,4 +55,7 @@ class CudaAsReplicaDevice(TorchFunctionMode):
         if not 0 <= index < len(self.devices):
             raise RuntimeError(f"doctor: the model asks for cuda:{index}, but the run has "
                                f"{len(self.devices)} devices; pass --devices {index + 1} or more")
-        return self.devices[index]
+        device = self.devices[index]
+        if self.renamed is not None and str(device) not in self.renamed:
+            self.renamed[str(device)] = (f"cuda:{index}", user_line())
+        return device

@@ -10,15 +10,11 @@ Cost: a Python call per aten op (see docs/performance.md); frames are walked onl
 """
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
-from typing import Any
-
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 from comparisons.doctor.source import user_line
+from comparisons.doctor.torch_recorder import Origin, Recorder, memory_span
 
 aten = torch.ops.aten
 # Ops that move data between devices: they may mix devices by design.
@@ -29,70 +25,6 @@ _MOVES = {id(op) for op in (aten._to_copy.default, aten.copy_.default, aten._cop
 _INDEXES = {id(op) for op in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
                               aten._index_put_impl_.default)}
 _CREATES = {id(op) for op in (aten.lift_fresh.default, aten.lift_fresh_copy.default)}
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Why a tensor is on the wrong device: the finding it belongs to."""
-
-    kind: str   # unreplicated-tensor | unreplicated-module | fixed-device-creation
-    where: str  # attribute path or the user's file:line
-    op: str = ""
-
-
-@dataclass
-class Evidence:
-    """What the probe saw for one (kind, where): accumulated over replicas, merged into one Finding."""
-
-    kind: str
-    where: str
-    replicas: set[int] = field(default_factory=set)
-    devices: set[str] = field(default_factory=set)
-    uses: list[str] = field(default_factory=list)  # user lines where it was mixed or written
-    ops: list[str] = field(default_factory=list)
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def add(self, replica: int | None, devices=(), use: str | None = None, op: str | None = None) -> None:
-        if replica is not None:
-            self.replicas.add(replica)
-        self.devices.update(map(str, devices))
-        if use and use not in self.uses:
-            self.uses.append(use)
-        if op and op not in self.ops:
-            self.ops.append(op)
-
-
-class Recorder:
-    """Shared by every replica's thread: known origins, taint, and the evidence so far."""
-
-    def __init__(self, devices: list[torch.device]) -> None:
-        self.devices = devices
-        self.lock = threading.Lock()
-        self.evidence: dict[tuple[str, str], Evidence] = {}
-        self.known: dict[int, tuple[torch.Tensor, Origin]] = {}  # shared tensors, by identity
-        self.tainted = WeakIdKeyDictionary()                     # tensor -> Origin
-        self.slots: list[list[tuple[str, tuple, bool]]] = []     # per replica: (path, span, torch-owned)
-        self.repairs = 0  # tensors moved to keep a run going; backward cannot follow such moves
-        self.errors: list[tuple[BaseException, str | None, int | None]] = []  # (error, user line, replica)
-
-    def note(self, kind: str, where: str, replica: int | None, devices=(), use=None, op=None) -> Evidence:
-        with self.lock:
-            evidence = self.evidence.get((kind, where))
-            if evidence is None:
-                evidence = self.evidence[(kind, where)] = Evidence(kind, where)
-            evidence.add(replica, devices, use, op)
-            return evidence
-
-    def origin_of(self, tensor: torch.Tensor) -> Origin | None:
-        entry = self.known.get(id(tensor))
-        if entry is not None and entry[0] is tensor:
-            return entry[1]
-        with self.lock:
-            return self.tainted.get(tensor)
-
-    def taint(self, tensor: torch.Tensor, origin: Origin) -> None:
-        with self.lock:
-            self.tainted[tensor] = origin
 
 
 class ReplicaProbe(TorchDispatchMode):
@@ -162,13 +94,16 @@ class ReplicaProbe(TorchDispatchMode):
 
     # (3) outputs left on another device than the replica's
     def _follow(self, func, args, kwargs, out) -> None:
+        inputs = {id(t) for t in _tensors(args, kwargs)}
         for result in _tensors(out, {}):
-            if result.device == self.device or _is_scalar(result):
-                continue
+            if result.device == self.device or _is_scalar(result) or id(result) in inputs:
+                continue  # an in-place op returns its input: its origin is known already, and a weak
+                # reference to it would stop `.to()` swapping it (a Parameter's init on virtual devices)
             origin = self._inherited_origin(args, kwargs, result.device)
-            if origin is None and (id(func) in _MOVES or id(func) in _CREATES or not any(_tensors(args, kwargs))):
+            if origin is None and (id(func) in _MOVES or id(func) in _CREATES or _no_tensor(args, kwargs)):
                 origin = Origin("fixed-device-creation", user_line() or str(func), f"{func} -> {result.device}")
-            if origin is not None:
+                self.recorder.taint(result, origin, made=True)
+            elif origin is not None:
                 self.recorder.taint(result, origin)
 
     def _inherited_origin(self, args, kwargs, device) -> Origin | None:
@@ -193,6 +128,11 @@ def _tensors(args, kwargs):
             for item in value:
                 if isinstance(item, torch.Tensor):
                     yield item
+
+
+def _no_tensor(args, kwargs) -> bool:
+    """True for an op with no tensor argument (a factory such as aten.ones); never asks a tensor's truth."""
+    return next(_tensors(args, kwargs), None) is None
 
 
 def _replace(obj, moved: dict[int, torch.Tensor]):
@@ -220,25 +160,6 @@ def _written_tensors(func, args, kwargs) -> list[torch.Tensor]:
         return []
     found = [args[i] for i in positions if i < len(args)] + [kwargs[n] for n in names if n in kwargs]
     return [t for t in found if isinstance(t, torch.Tensor)]
-
-
-def memory_span(tensor: torch.Tensor) -> tuple[int, int, int]:
-    """(storage address, first byte, end byte) of the memory a tensor can touch.
-
-    Virtual-device tensors have no storage of their own; their CPU data's storage stands in.
-    """
-    data = _cpu_data(tensor)
-    start = data.storage_offset() * data.element_size()
-    extent = 1 + sum((size - 1) * stride for size, stride in zip(data.shape, data.stride())) if data.numel() else 0
-    return data.untyped_storage().data_ptr(), start, start + extent * data.element_size()
-
-
-def _cpu_data(tensor: torch.Tensor) -> torch.Tensor:
-    if tensor.device.type in ("cpu", "cuda", "meta"):
-        return tensor
-    from dp_torch import virtual
-
-    return virtual.cpu_view(tensor) if virtual.is_installed() else tensor
 
 
 def _overlap(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from comparisons.doctor.findings import FIXES, KINDS, Finding, replica_list
-from comparisons.doctor.torch_probe import Evidence, Recorder
+from comparisons.doctor.torch_recorder import Evidence, Recorder
 
 
 def findings_of(recorder: Recorder) -> list[Finding]:
@@ -11,6 +11,7 @@ def findings_of(recorder: Recorder) -> list[Finding]:
     for evidence in recorder.evidence.values():
         message = _MESSAGES[evidence.kind](evidence)
         if message is not None:
+            message += _renamed_words(recorder, evidence)
             findings.append(Finding(evidence.kind, evidence.where, tuple(sorted(evidence.replicas)),
                                     tuple(sorted(evidence.devices)), message, FIXES[evidence.kind],
                                     _source(evidence)))
@@ -20,9 +21,18 @@ def findings_of(recorder: Recorder) -> list[Finding]:
     return findings
 
 
+def _renamed_words(recorder: Recorder, evidence: Evidence) -> str:
+    """Where a device in the finding is the virtual stand-in for a `cuda:k` the model names."""
+    pairs = [f"{device} is the model's {recorder.renamed[device][0]}" for device in sorted(evidence.devices)
+             if device in recorder.renamed]
+    return f" ({'; '.join(pairs)}, run on virtual devices)" if pairs else ""
+
+
 def _source(evidence: Evidence) -> str | None:
     if evidence.kind in ("fixed-device-creation", "cross-device-op"):
         return evidence.where
+    if evidence.kind == "shared-cache":
+        return evidence.detail.get("filled_at") or (evidence.uses[0] if evidence.uses else None)
     return evidence.uses[0] if evidence.uses and ":" in evidence.uses[0] else None
 
 
@@ -96,6 +106,21 @@ def _run_error(error: BaseException, line: str | None, replica: int | None) -> F
     return Finding("run-error", where, replicas, (), message, FIXES["run-error"], line)
 
 
+def _shared_cache(evidence: Evidence) -> str:
+    container = type(evidence.detail.get("container")).__name__
+    read = (f"; replicas read entries another replica stored, on its device, at {', '.join(evidence.uses)}"
+            if evidence.uses else "")
+    return (f"a {container} on the module, filled during forward{_at_line(evidence)}: replicate shares it by "
+            f"reference, so {replica_list(evidence.replicas)} fill the one original concurrently, in no fixed "
+            f"order, and a tensor one replica stores is on that replica's device when another reads it (on "
+            f"GPUs: 'Expected all tensors to be on the same device' in replica 1){read}")
+
+
+def _at_line(evidence: Evidence) -> str:
+    line = evidence.detail.get("filled_at")
+    return f" (at {line})" if line else ""
+
+
 _MESSAGES = {
     "unreplicated-tensor": _unreplicated_tensor,
     "unreplicated-module": _unreplicated_module,
@@ -103,4 +128,5 @@ _MESSAGES = {
     "cross-device-op": _cross_device_op,
     "lost-inplace-update": _lost_inplace_update,
     "state-on-self": _state_on_self,
+    "shared-cache": _shared_cache,
 }

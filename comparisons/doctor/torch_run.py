@@ -3,11 +3,14 @@
 The run is `dp_torch.DataParallel` itself, with its `parallel_apply` step wrapped: before the
 replicas run, their `__dict__`s are searched for what `replicate` shared (torch_walk); while each
 runs, a dispatch mode watches its ops in its own thread (torch_probe); afterwards, attributes the
-replicas assigned are collected. Needs distinct devices: CUDA GPUs, or virtual ones on a CPU.
+replicas assigned are collected. The replicas take turns, in index order, so what one finds does not
+depend on thread timing (which replica fills a shared cache first, say). Needs distinct devices:
+CUDA GPUs, or virtual ones on a CPU.
 """
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,11 +20,21 @@ from torch.utils._pytree import tree_leaves
 
 import dp_torch
 from comparisons.doctor.findings import DoctorReport
-from comparisons.doctor.source import assignment_line, error_line
+from comparisons.doctor.source import assignment_line, error_line, fill_line
 from comparisons.doctor.torch_cuda_names import CudaAsReplicaDevice
-from comparisons.doctor.torch_probe import Origin, Recorder, ReplicaProbe, memory_span
+from comparisons.doctor.torch_probe import ReplicaProbe
+from comparisons.doctor.torch_recorder import Origin, Recorder, memory_span
 from comparisons.doctor.torch_report import findings_of
-from comparisons.doctor.torch_walk import Shared, assigned_since, find_shared, registered_slots, state_snapshot
+from comparisons.doctor.torch_walk import (
+    Shared,
+    SharedContainer,
+    assigned_since,
+    entries,
+    find_shared,
+    registered_slots,
+    shared_containers,
+    state_snapshot,
+)
 
 
 def doctor_torch(module: nn.Module, *inputs: Any, devices: int | Sequence[torch.device] = 4,
@@ -57,6 +70,9 @@ def doctor_torch(module: nn.Module, *inputs: Any, devices: int | Sequence[torch.
     if model is not None and 0 < model.replicas_run < len(device_list):
         notes.append(f"the batch gave {model.replicas_run} chunk(s) for {len(device_list)} devices, so only "
                      f"replicas 0..{model.replicas_run - 1} ran; use a batch of at least {len(device_list)}")
+    notes += [f"the model names {cuda} (at {line or 'an unknown line'}); with no CUDA here the doctor ran it on "
+              f"{device} (cuda:k -> vdev:k; cuda and .cuda() -> the replica's own device, as in DataParallel's "
+              f"worker)" for device, (cuda, line) in sorted(recorder.renamed.items())]
     return DoctorReport(target or type(module).__name__, "torch", tuple(map(str, device_list)),
                         tuple(findings_of(recorder)), tuple(notes))
 
@@ -102,12 +118,16 @@ class _ProbedDataParallel(dp_torch.DataParallel):
         self.replicas_run = len(replicas)
         shared = _prepare(self.recorder, replicas, devices)
         before = state_snapshot(replicas)
+        containers = shared_containers(replicas[0])
+        self.recorder.containers = [(c.path, c.container) for c in containers]
         remap = devices[0].type not in ("cuda", "cpu")
-        probed = [_ProbedReplica(r, i, self.recorder, remap) for i, r in enumerate(replicas)]
+        turns = _Turns()
+        probed = [_ProbedReplica(r, i, self.recorder, remap, turns) for i, r in enumerate(replicas)]
         try:
             return dp_torch.parallel_apply(probed, inputs, kwargs, devices)
         finally:
             _forget_replaced(self.recorder, shared)
+            _note_filled(self.recorder, containers, len(replicas))
             for index, (replica, snapshot) in enumerate(zip(replicas, before)):
                 for path, owner, name in assigned_since(snapshot, replica):
                     line = assignment_line(type(owner), name)
@@ -139,16 +159,52 @@ def _forget_replaced(recorder: Recorder, shared: list[Shared]) -> None:
             del recorder.evidence[("unreplicated-tensor", item.path)]
 
 
+def _note_filled(recorder: Recorder, containers: list[SharedContainer], replicas: int) -> None:
+    """A shared list or dict the replicas filled: every replica that ran used the one container."""
+    for item in containers:
+        if not item.filled():
+            continue
+        devices = {t.device for _, t in entries(item.path, item.container) if isinstance(t, torch.Tensor)}
+        for index in range(replicas):
+            evidence = recorder.note("shared-cache", item.path, index, devices)
+        evidence.detail.update(container=item.container, filled_at=fill_line(type(item.owner), item.name))
+
+
+class _Turns:
+    """Replica i runs after replica i-1 has finished: one order, the same in every doctor run.
+
+    A replica whose worker never calls it (a failure before the call) holds the next one up for at
+    most `patience` seconds; then the runs overlap, as in DataParallel itself.
+    """
+
+    def __init__(self, patience: float = 60.0) -> None:
+        self.patience = patience
+        self.done_up_to = 0  # replicas below this index have finished
+        self.condition = threading.Condition()
+
+    @contextlib.contextmanager
+    def turn(self, index: int):
+        with self.condition:
+            self.condition.wait_for(lambda: self.done_up_to >= index, timeout=self.patience)
+        try:
+            yield
+        finally:
+            with self.condition:
+                self.done_up_to = max(self.done_up_to, index + 1)
+                self.condition.notify_all()
+
+
 class _ProbedReplica:
     """Calls a replica inside the probe modes, which are thread-local, so in its worker thread."""
 
-    def __init__(self, module: nn.Module, index: int, recorder: Recorder, remap_cuda: bool) -> None:
+    def __init__(self, module: nn.Module, index: int, recorder: Recorder, remap_cuda: bool, turns: _Turns) -> None:
         self.module, self.index, self.recorder, self.remap_cuda = module, index, recorder, remap_cuda
+        self.turns = turns
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with contextlib.ExitStack() as modes:
+        with self.turns.turn(self.index), contextlib.ExitStack() as modes:
             if self.remap_cuda:
-                modes.enter_context(CudaAsReplicaDevice(self.recorder.devices, self.index))
+                modes.enter_context(CudaAsReplicaDevice(self.recorder.devices, self.index, self.recorder.renamed))
             modes.enter_context(ReplicaProbe(self.recorder, self.index))
             try:
                 output = self.module(*args, **kwargs)

@@ -44,16 +44,16 @@ def module_attributes(module: nn.Module) -> Iterator[tuple[str, object]]:
             yield name, value
 
 
-def _entries(prefix: str, value: object, depth: int = 0) -> Iterator[tuple[str, object]]:
+def entries(prefix: str, value: object, depth: int = 0) -> Iterator[tuple[str, object]]:
     """Tensors and modules in `value`, recursing into lists, tuples and dicts, with their paths."""
     if isinstance(value, (torch.Tensor, nn.Module)):
         yield prefix, value
     elif depth < _MAX_DEPTH and isinstance(value, (list, tuple)):
         for i, item in enumerate(value[:_MAX_ITEMS]):
-            yield from _entries(f"{prefix}[{i}]", item, depth + 1)
+            yield from entries(f"{prefix}[{i}]", item, depth + 1)
     elif depth < _MAX_DEPTH and isinstance(value, dict):
         for key, item in list(value.items())[:_MAX_ITEMS]:
-            yield from _entries(f"{prefix}[{key!r}]", item, depth + 1)
+            yield from entries(f"{prefix}[{key!r}]", item, depth + 1)
 
 
 def _join(path: str, name: str) -> str:
@@ -83,7 +83,7 @@ def find_shared(replicas: list[nn.Module], devices: list[torch.device]) -> tuple
     for index, (replica, device) in enumerate(zip(replicas, devices)):
         for path, module in replica.named_modules():
             for name, value in module_attributes(module):
-                for entry_path, obj in _entries(_join(path, name), value):
+                for entry_path, obj in entries(_join(path, name), value):
                     tensors = module_tensors(obj) if isinstance(obj, nn.Module) else [obj]
                     wrong = _wrong_device(tensors, device)
                     if wrong is None:
@@ -102,13 +102,75 @@ def state_snapshot(replicas: list[nn.Module]) -> list[dict[str, dict[str, object
 
     torch's own modules may cache on self during forward (RNNs); that is not the user's state.
     """
-    return [{path: {name: value for name, value in vars(m).items() if name not in _INTERNALS}
-             for path, m in replica.named_modules() if not _is_torch_class(m)}
+    return [{path: _own_state(m) for path, m in replica.named_modules() if not _is_torch_class(m)}
             for replica in replicas]
+
+
+def _own_state(module: nn.Module) -> dict[str, object]:
+    """A module's attributes, sub-modules and buffers, each of which `self.name = ...` may rebind.
+
+    `self.head = nn.Linear(...)` lands in `_modules`, `self.ema = 0.9 * self.ema + ...` in `_buffers`,
+    both the replica's own dicts; an in-place update keeps the buffer's identity and is not a rebinding.
+    """
+    return {**{name: value for name, value in vars(module).items() if name not in _INTERNALS},
+            **module._modules, **module._buffers}
 
 
 def _is_torch_class(module: nn.Module) -> bool:
     return type(module).__module__.split(".")[0] == "torch"
+
+
+@dataclass
+class SharedContainer:
+    """A list, dict or set on a user module: replicate shares it, so every replica fills the same one."""
+
+    path: str                 # "encoder.cache"
+    owner: nn.Module          # the original module whose attribute it is
+    name: str
+    container: object
+    before: object            # its fingerprint before the replicas ran
+
+    def filled(self) -> bool:
+        """True when the replicas changed it, other than by entries keyed by a device (a per-replica cache)."""
+        if isinstance(self.container, dict) and isinstance(self.before, tuple):
+            old = dict(self.before)
+            changed = [key for key, print_ in _fingerprint(self.container) if old.get(key) != print_]
+            return any(not _names_a_device(key) for key in changed) or len(old) > len(self.container)
+        return _fingerprint(self.container) != self.before
+
+
+def shared_containers(replica: nn.Module) -> list[SharedContainer]:
+    """The lists, dicts and sets on the user's modules of a replica (the same objects on every replica)."""
+    found, seen = [], set()
+    for path, module in replica.named_modules():
+        if _is_torch_class(module):
+            continue  # torch's own layers keep their caches to themselves (RNNs' flat weights)
+        for name, value in module_attributes(module):
+            if isinstance(value, (list, dict, set)) and id(value) not in seen:
+                seen.add(id(value))
+                found.append(SharedContainer(_join(path, name), module, name, value, _fingerprint(value)))
+    return found
+
+
+def _fingerprint(value: object, depth: int = 0) -> object:
+    """What a fill changes: the identities of a container's entries, nested containers included.
+
+    For a dict, a tuple of (key, fingerprint of the value) pairs. Cost: one pass over the entries.
+    """
+    if depth >= _MAX_DEPTH or not isinstance(value, (list, tuple, dict, set)):
+        return id(value)
+    if isinstance(value, dict):
+        return tuple((key, _fingerprint(item, depth + 1)) for key, item in list(value.items())[:_MAX_ITEMS])
+    if isinstance(value, set):
+        return frozenset(map(id, value))
+    return (id(value), tuple(_fingerprint(item, depth + 1) for item in value[:_MAX_ITEMS]), len(value))
+
+
+def _names_a_device(key: object) -> bool:
+    """`x.device`, or a tuple holding one (`(x.device, x.dtype)`): the idiom for a cache per replica."""
+    if isinstance(key, tuple):
+        return any(isinstance(part, torch.device) for part in key)
+    return isinstance(key, torch.device)
 
 
 def assigned_since(before: dict[str, dict[str, object]], replica: nn.Module) -> list[tuple[str, nn.Module, str]]:
@@ -117,8 +179,8 @@ def assigned_since(before: dict[str, dict[str, object]], replica: nn.Module) -> 
     for path, module in replica.named_modules():
         if path not in before:
             continue
-        for name, value in vars(module).items():
-            if name not in _INTERNALS and (name not in before[path] or before[path][name] is not value):
+        for name, value in _own_state(module).items():
+            if name not in before[path] or before[path][name] is not value:
                 changed.append((path, module, name))
     return changed
 
@@ -134,6 +196,20 @@ def registered_slots(replica: nn.Module) -> list[tuple[str, torch.Tensor, bool]]
     for path, module in replica.named_modules():
         params = getattr(module, "_former_parameters", None) or module._parameters
         slots.extend((_join(path, name), t, False) for name, t in params.items() if t is not None)
-        slots.extend((_join(path, name), t, _is_torch_class(module))
+        slots.extend((_join(path, name), t, _torch_owned_buffer(module, name))
                      for name, t in module._buffers.items() if t is not None)
     return slots
+
+
+def _torch_owned_buffer(module: nn.Module, name: str) -> bool:
+    """True for a buffer of a torch layer, also when the user subclasses the layer (timm's BatchNorms).
+
+    A subclass's own buffers stay the user's: only the names the torch base class registers count.
+    """
+    if _is_torch_class(module):
+        return True
+    return isinstance(module, _NormBase) and name in _NORM_BUFFERS
+
+
+_NormBase = nn.modules.batchnorm._NormBase  # BatchNorm*, InstanceNorm*, SyncBatchNorm and their Lazy forms
+_NORM_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked"})

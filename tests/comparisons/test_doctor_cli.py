@@ -102,6 +102,41 @@ def test_bad_usage_exits_2_and_says_what_to_pass(project, monkeypatch, capsys, a
     assert message in capsys.readouterr().err
 
 
+MARKED = textwrap.dedent("""\
+    from pathlib import Path
+
+    from torch import nn
+
+
+    def make():
+        Path("factory-ran").write_text("the doctor did work before refusing --out")
+        return nn.Linear(3, 2)
+    """)
+
+
+@pytest.mark.parametrize("out", ["no-such-folder/report.html", "a-folder"])
+def test_an_unwritable_out_is_refused_before_any_work(tmp_path, out):
+    (tmp_path / "marked.py").write_text(MARKED)
+    (tmp_path / "a-folder").mkdir()
+    done = doctor("marked.py:make", "--input-shape", "8,3", "--out", out, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--out {out}" in done.stderr and done.stdout == ""
+    assert not (tmp_path / "factory-ran").exists()  # refused before the model was even made
+
+
+@pytest.mark.parametrize("shape", ["-1,3", "8,-3", "0,3"])
+def test_a_shape_with_a_dim_below_1_names_the_flag_the_value_and_the_fix(project, monkeypatch, capsys, shape):
+    monkeypatch.chdir(project)
+    assert main(["mynet.py:Net", "--input-shape", shape]) == 2
+    error = capsys.readouterr().err
+    assert f"--input-shape {shape}" in error and "positive" in error and "expected one argument" not in error
+
+
+def test_a_negative_looking_shape_reaches_the_same_check_through_the_top_level_command(project):
+    done = doctor("mynet.py:Net", "--input-shape", "-2,3", cwd=project)
+    assert done.returncode == 2 and "--input-shape -2,3" in done.stderr and "positive" in done.stderr
+
+
 def test_factory_returning_something_else_is_bad_usage(project, monkeypatch, capsys):
     (project / "other.py").write_text("def make():\n    return 42\n")
     monkeypatch.chdir(project)

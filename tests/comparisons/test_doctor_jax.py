@@ -84,6 +84,17 @@ def test_global_changed_while_tracing_is_a_side_effect(model):
     assert "ran 4 time(s)" in finding.message and "in the next 0" in finding.message
 
 
+@pytest.mark.parametrize("seed", [12, 13])
+def test_assigning_an_existing_key_of_a_global_dict_while_tracing_is_a_side_effect(seed):
+    models.LATEST["input"] = np.zeros(1)  # the key exists before the trace, as the case has it
+    report = doctor(models.StoresLatest(), batch(seed=seed))
+    assert report.kinds() == ["side-effect-in-trace"]
+    [finding] = report.findings
+    assert finding.where == "LATEST" and "dict" in finding.message and "tracers" in finding.message
+    assert at(finding.source, marked_lines("side-effect-in-trace"))
+    assert set(models.LATEST) == {"input"}  # the same key, a new value: only the value changed
+
+
 def test_counts_in_the_message_are_the_traces_dp_jax_makes():
     model, x = models.Counts(), batch(seed=6)
     variables = model.init(jax.random.key(0), x)

@@ -49,6 +49,30 @@ def test_plain_tensor_in_a_list_is_unreplicated_tensor_at_its_path():
     assert first.source is None  # never read in forward, still shared
 
 
+@pytest.mark.parametrize("low, high", [(0.5, 2.0), (-3.0, 7.5)])
+def test_a_tensor_inside_a_tuple_attribute_is_found_at_its_index(low, high):
+    report = doctor_torch(models.TupleAttribute(low, high), batch(seed=31))
+    assert [(f.kind, f.where) for f in report.findings] == [("unreplicated-tensor", "bounds[0]"),
+                                                            ("unreplicated-tensor", "bounds[1]")]
+    read = report.findings[1]
+    assert read.replicas == (0, 1, 2, 3) and read.devices == ("cpu",)
+    assert at(read.source, marked_line("unreplicated-tensor (tuple)")[0])
+
+
+@pytest.mark.parametrize("temperature", [0.5, 3.0])
+def test_a_0_dim_cpu_tensor_attribute_is_a_scalar_and_sound(temperature):
+    report = doctor_torch(models.ScalarAttribute(temperature), batch(seed=32), backward=True)
+    assert report.ok and report.notes == (), report.render()
+
+
+def test_the_0_dim_cpu_attribute_really_runs_under_stock_data_parallel():
+    model, x = models.ScalarAttribute(2.5), batch(seed=33)
+    expected = model(x)
+    with virtual.stock_comm():
+        out = nn.DataParallel(model.to("vdev:0"), device_ids=[0, 1, 2, 3])(x)
+    torch.testing.assert_close(virtual.cpu_view(out), expected)
+
+
 def test_tensor_moved_to_device_0_is_wrong_on_the_other_replicas_only():
     model = models.PlainAttribute().to("vdev:0")
     scaled = model.encoder[1]
@@ -91,6 +115,24 @@ def test_tensor_made_on_a_fixed_device_points_at_its_creation(model, replicas, d
     [creation] = [n for n in marked_line("fixed-device-creation") if at(finding.where, n)]
     assert finding.replicas == replicas and finding.devices == (device,)
     assert f"{MODELS_FILE.name}:{creation + 1}" in finding.message  # where it was mixed
+
+
+@pytest.mark.parametrize("index", [0, 2])
+def test_a_hard_coded_cuda_index_is_reported_as_the_virtual_device_it_was_run_on(index):
+    class CudaIndexed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 4)
+
+        def forward(self, x):
+            return self.fc(x) + torch.ones(4, device=f"cuda:{index}")
+
+    report = doctor_torch(CudaIndexed(), batch(seed=29 + index))
+    [finding] = report.findings
+    assert finding.kind == "fixed-device-creation" and finding.devices == (f"vdev:{index}",)
+    assert f"cuda:{index}" in finding.message and f"vdev:{index}" in finding.message
+    [note] = [n for n in report.notes if f"cuda:{index}" in n]
+    assert f"vdev:{index}" in note and "test_doctor_torch.py:" in note
 
 
 def test_cuda_without_index_means_the_replicas_own_device():
@@ -160,6 +202,43 @@ def test_output_stored_on_self_is_state_on_self():
     assert not hasattr(model, "last_output")  # the original never saw it
 
 
+@pytest.mark.parametrize("model, attribute, container", [
+    (models.WeightCache, "cache", dict), (models.KeepsInputs, "seen", list)], ids=["dict", "list"])
+@pytest.mark.parametrize("seed", [25, 26])
+def test_a_dict_or_list_filled_in_forward_is_a_shared_cache_at_its_filling_line(model, attribute, container, seed):
+    module = model()
+    report = doctor_torch(module, batch(seed=seed))
+    assert report.kinds() == ["shared-cache"], report.render()
+    [finding] = report.findings
+    assert finding.where == attribute and finding.replicas == (0, 1, 2, 3)
+    dict_line, list_line = marked_line("shared-cache")  # WeightCache's, then KeepsInputs'
+    assert at(finding.source, dict_line if container is dict else list_line)
+    assert container.__name__ in finding.message
+    assert isinstance(getattr(module, attribute), container) and getattr(module, attribute)  # the original's
+
+
+@pytest.mark.parametrize("pause", [0.02, 0.1])
+def test_replicas_take_turns_so_replica_0_fills_a_shared_cache_and_the_others_read_it(pause):
+    module = models.SlowToFill(pause)
+    report = doctor_torch(module, batch(seed=34))
+    assert report.kinds() == ["shared-cache"], report.render()
+    [finding] = report.findings
+    assert finding.devices == ("vdev:0",) and "replicas read entries another replica stored" in finding.message
+    assert module.cache["bias"].device == torch.device("vdev:0")
+
+
+def test_the_weight_cache_really_fails_under_stock_data_parallel():
+    model = models.WeightCache().to("vdev:0")
+    model.cache["w"] = model.fc.weight.t() * 2  # as replica 0 leaves it: on vdev:0
+    with virtual.stock_comm(), pytest.raises(RuntimeError, match="in replica 1"):
+        nn.DataParallel(model, device_ids=[0, 1, 2, 3])(batch(seed=27))
+
+
+def test_a_cache_keyed_by_the_replicas_device_is_clean():
+    report = doctor_torch(models.CacheByDevice(), batch(seed=28), backward=True)
+    assert report.ok and report.notes == (), report.render()
+
+
 def test_reshape_with_the_global_batch_is_a_run_error_in_the_users_line():
     report = doctor_torch(models.BatchSized(), batch(seed=12))
     assert report.kinds() == ["run-error"]
@@ -188,6 +267,21 @@ def test_attribute_a_pre_hook_recomputes_on_each_replica_is_not_reported():
     model = nn.Sequential(nn.utils.spectral_norm(nn.Linear(3, 4)), nn.ReLU())
     report = doctor_torch(model.train(), batch(seed=19), backward=True)
     assert report.ok and report.notes == ()
+
+
+@pytest.mark.parametrize("seed", [22, 23])
+def test_batchnorm_subclasses_keep_their_statistics_unreported_like_stock_batchnorm(seed):
+    x = torch.randn(8, 3, 4, 4, generator=torch.Generator().manual_seed(seed))
+    report = doctor_torch(models.BatchNormSubclasses().train(), x, backward=True)
+    assert report.ok, report.render()
+
+
+def test_a_buffer_of_its_own_on_a_batchnorm_subclass_is_still_a_lost_update():
+    x = torch.randn(8, 3, 4, 4, generator=torch.Generator().manual_seed(24))
+    report = doctor_torch(models.BatchNormSubclasses(counted=True).train(), x)
+    assert [(f.kind, f.where, f.replicas) for f in report.findings] == [
+        ("lost-inplace-update", "counted.seen", (1, 2, 3))]
+    assert at(report.findings[0].source, marked_line("lost-inplace-update (BatchNorm subclass)")[0])
 
 
 def test_batchnorm_running_statistics_come_from_chunk_0_as_documented():
