@@ -23,7 +23,7 @@ from comparisons.doctor import cli as doctor_cli
 from comparisons.errors import UsageError
 from comparisons.harness import STRATEGIES
 from comparisons.render import FORMATS
-from comparisons.runs import TORCH_DEVICES, install_virtual, set_jax_cpu_devices, torch_kind
+from comparisons.runs import COMPILE_CACHE_ENV, TORCH_DEVICES, install_virtual, set_jax_cpu_devices, torch_kind
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE in sysexits.h
 DEMO = {"pair": "cnn_bn", "batch_size": 10, "devices": 4, "steps": 2}
@@ -58,6 +58,8 @@ def _interrupted(signum: int, frame) -> None:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "compile_cache", None):  # for this process and the workers it starts
+        os.environ[COMPILE_CACHE_ENV] = args.compile_cache
     if args.command == "doctor":  # its own exit codes and formats: comparisons/doctor/cli.py
         return doctor_cli.run(args)
     try:
@@ -177,6 +179,10 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--import", action="append", dest="imports", metavar="MODULE",
                              help="import MODULE first (it registers pairs with comparisons.models.register); "
                                   "repeatable")
+    for command in (demo, run):
+        command.add_argument("--compile-cache", metavar="DIR|off",
+                             help="JAX's persistent compilation cache folder, or 'off' (default: "
+                                  f"${COMPILE_CACHE_ENV}, else ~/.cache/dp-compare/jax): a second run compiles nothing")
     return parser
 
 

@@ -17,13 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from comparisons.doctor.render import FORMATS
+from comparisons.errors import UsageError
 
 DESCRIPTION = ("Find what DataParallel will not put on each device in your own model: one DataParallel "
                "forward on N distinct devices (virtual ones on a CPU). Exit 0 clean, 1 findings, 2 bad usage.")
-
-
-class UsageError(ValueError):
-    """A bad TARGET, --inputs or option: the CLI exits with status 2."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

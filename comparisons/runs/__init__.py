@@ -7,6 +7,7 @@
     _jax_compiled.py the mapped strategies' training through dp_jax's compiled step
     _optimizers.py   OPTIMIZERS and the torch.optim / optax twins, side by side
     _devices.py      the torch devices (cpu, vdev, cuda, auto) and JAX's, one rule for compare() and the CLI
+    _compile_cache.py   JAX's persistent compilation cache, on by default in a per-user folder
     _checks.py       what a pair's make_inputs and losses return, checked as the runs call them
     _trees.py        outputs as plain trees of host numpy arrays, one shape for torch and Flax
 
@@ -14,6 +15,8 @@ Above placement/, convert/ and models/; judge/ and harness/ build on it. Importi
 imports neither torch nor JAX: `torch_run` and `jax_run` do, and are imported when a run starts.
 """
 from comparisons.runs._checks import pair_inputs, scalar_loss
+from comparisons.runs._compile_cache import ENV as COMPILE_CACHE_ENV
+from comparisons.runs._compile_cache import use_compile_cache
 from comparisons.runs._devices import (
     TORCH_DEVICES,
     install_virtual,
@@ -26,6 +29,6 @@ from comparisons.runs._optimizers import OPTIMIZERS, optax_optimizer, torch_opti
 from comparisons.runs._records import BackendRun, RunConfig, RunInputs, Snapshot
 from comparisons.runs._trees import output_tree, to_numpy
 
-__all__ = ["OPTIMIZERS", "TORCH_DEVICES", "BackendRun", "RunConfig", "RunInputs", "Snapshot", "install_virtual",
-           "jax_devices", "optax_optimizer", "output_tree", "pair_inputs", "scalar_loss", "set_jax_cpu_devices",
-           "to_numpy", "torch_devices", "torch_kind", "torch_optimizer"]
+__all__ = ["COMPILE_CACHE_ENV", "OPTIMIZERS", "TORCH_DEVICES", "BackendRun", "RunConfig", "RunInputs", "Snapshot",
+           "install_virtual", "jax_devices", "optax_optimizer", "output_tree", "pair_inputs", "scalar_loss",
+           "set_jax_cpu_devices", "to_numpy", "torch_devices", "torch_kind", "torch_optimizer", "use_compile_cache"]

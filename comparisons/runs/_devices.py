@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from comparisons.errors import ComparisonError
+from comparisons.runs._compile_cache import use_compile_cache
 
 TORCH_DEVICES = ("cpu", "virtual", "cuda")
 MAX_VIRTUAL = 64  # dp_torch.virtual.install's limit
@@ -74,9 +75,12 @@ def set_jax_cpu_devices(count: int) -> None:
 
 
 def jax_devices(n: int):
-    """The first `n` of jax.devices(), after raising the CPU count to max(8, n) when JAX has not started."""
+    """The first `n` of jax.devices(), after raising the CPU count to max(8, n) when JAX has not started and
+    turning on the persistent compilation cache (runs/_compile_cache.py)."""
     set_jax_cpu_devices(max(8, n))
     import jax
+
+    use_compile_cache()
 
     available = jax.devices()
     if n > len(available):

@@ -160,3 +160,17 @@ def test_only_usage_errors_are_bad_input_anything_else_is_internal_with_its_trac
     else:
         assert "Traceback (most recent call last)" in err and type(raised).__name__ in err
         assert "internal error (exit 70)" in err.splitlines()[-1]
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+@pytest.mark.parametrize("fmt", ["json", "table", "markdown"])
+def test_the_exit_status_is_1_when_a_check_fails_and_0_when_all_pass(monkeypatch, capsys, fmt, seed):
+    """What gates a CI job: planted by making the CLI exit 0 whatever the report (caught here, nowhere else)."""
+    from _helpers_harness import small_report
+
+    from comparisons import cli
+
+    for passed, status in ((False, 1), (True, 0)):
+        monkeypatch.setattr("comparisons.cli._main._run", lambda settings, passed=passed: small_report(passed, seed))
+        assert cli.main(["run", "--model", "mlp", "--format", fmt]) == status
+        capsys.readouterr()
