@@ -13,7 +13,6 @@ An NNX module goes through its functional form:
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ import jax
 
 from dp_jax import training
 from dp_jax._batch import check_dim
+from dp_jax._caches import module_cache
 from dp_jax._devices import device_label, resolve_device, resolve_devices
 from dp_jax.strategies import (
     MAPPED_STRATEGIES,
@@ -169,9 +169,10 @@ class DataParallel:
               updates_collections: bool = False) -> StrategyCall:
         # torch's one-device shortcut: the output stays on device_ids[0]
         output_device = self.device_ids[0] if len(self.device_ids) == 1 else self.output_device
-        return StrategyCall(replica_fn, variables, tuple(args), dict(kwargs), self.device_ids, output_device,
-                            self.dim, rngs, self.cache, updates_collections, self.sync_collections, self.axis_name,
-                            self.uneven)
+        return StrategyCall(replica_fn=replica_fn, variables=variables, args=tuple(args), kwargs=dict(kwargs),
+                            devices=self.device_ids, output_device=output_device, dim=self.dim, rngs=rngs,
+                            cache=self.cache, updates_collections=updates_collections,
+                            sync_collections=self.sync_collections, axis_name=self.axis_name, uneven=self.uneven)
 
     def plan(self, batch_size: int | None) -> ShardPlan:
         """The ShardPlan a batch of `batch_size` rows would get (devices, chunk sizes, how each replica runs)."""
@@ -180,13 +181,14 @@ class DataParallel:
 
 def data_parallel(
     apply_fn: Callable[..., Any], variables: Any, inputs: Any, device_ids: Sequence[Any] | None = None,
-    output_device: Any = None, dim: int = 0, module_kwargs: dict | None = None, strategy: str = "explicit",
-    *, uneven: str = "exact",
+    output_device: Any = None, dim: int = 0, *, module_kwargs: dict | None = None, strategy: str = "explicit",
+    uneven: str = "exact",
 ) -> Any:
     """Functional DataParallel: apply_fn(variables, *inputs, **module_kwargs) over device_ids.
 
     `inputs` that is not a tuple is one argument; None means none. Like torch's data_parallel it
-    places the variables on every call (no cache); compiled programs are still reused.
+    places the variables on every call (no cache); compiled programs are still reused. torch's
+    positional order up to `dim` (with `variables` after the function); the rest by keyword.
     """
     inputs = () if inputs is None else inputs if isinstance(inputs, tuple) else (inputs,)
     wrapper = DataParallel(apply_fn, device_ids, output_device, dim, strategy, uneven=uneven)
@@ -224,7 +226,7 @@ def _hashable_filter(mutable: Any) -> Any:
     return tuple(mutable) if isinstance(mutable, list) else mutable
 
 
-@functools.lru_cache(maxsize=256)
+@module_cache(maxsize=256)
 def _replica_fn(apply_fn: Callable[..., Any], mutable: Any) -> Callable[..., tuple[Any, Any]]:
     """One hashable replica function per (apply_fn, mutable), so every strategy's jit cache hits."""
     def replica(variables, rngs, args, kwargs):

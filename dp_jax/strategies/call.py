@@ -16,9 +16,11 @@ from dp_jax.strategies.plan import ShardPlan
 ReplicaFn = Callable[[Any, "dict | None", tuple, dict], tuple[Any, Any]]
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class StrategyCall:
     """Everything one data-parallel call needs, fixed for the call; every strategy takes one.
+
+    Built with keywords only: two adjacent bools (updates_collections, sync_collections) cannot swap.
 
     Attributes:
       replica_fn: fn(variables, rngs, args, kwargs) -> (output, collections), hashable.
@@ -81,11 +83,12 @@ def replica_keys(rngs: dict | None, replicas: int) -> dict | None:
     return keys
 
 
-def reduce_collections(stacked: Any, sync: bool, device: jax.Device) -> Any:
-    """Replica 0's collections from a (replica, ...) stacked pytree, or their mean when `sync`."""
+def reduce_collections(stacked: Any, replicas: int, sync: bool) -> Any:
+    """Replica 0's collections from a (n, ...) stacked pytree, or (sync) the mean of its floating leaves
+    over the first `replicas` entries, the replicas that ran. Moves nothing: the eager runners
+    place `stacked` first, the traced runner calls it inside its trace."""
     def pick(leaf):
-        leaf = jax.device_put(leaf, device)
         if sync and jnp.issubdtype(leaf.dtype, jnp.inexact):
-            return jnp.mean(leaf, axis=0).astype(leaf.dtype)
+            return jnp.mean(leaf[:replicas], axis=0).astype(leaf.dtype)
         return leaf[0]
     return jax.tree.map(pick, stacked)

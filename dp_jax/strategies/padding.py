@@ -8,11 +8,11 @@ not the default.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
 
+from dp_jax._caches import module_cache
 from dp_jax.strategies.inputs import SplitArgs
 from dp_jax.strategies.plan import ShardPlan, even_batch_sizes_near
 
@@ -54,7 +54,7 @@ def check_padding_allowed(plan: ShardPlan, who: str, *, updates_collections: boo
         )
 
 
-def check_outputs_grow(replica_fn: Any, variables: Any, split: SplitArgs, plan: ShardPlan, dim: int, who: str,
+def check_outputs_grow(replica_fn: Any, variables: Any, split: SplitArgs, plan: ShardPlan, dim: int, *, who: str,
                        n_devices: int) -> None:
     """Raise unless every output leaf has one row per input row: abstract evaluation (no compute) at
     c and c+1 rows must give c and c+1 along `dim`. One shape alone can match by coincidence
@@ -63,7 +63,7 @@ def check_outputs_grow(replica_fn: Any, variables: Any, split: SplitArgs, plan: 
         return
     c = plan.shard_size
     shapes = [_output_shapes(replica_fn, _abstract(variables), split.treedef, split.static, tuple(split.axes),
-                             _signature(split.arrays), rows) for rows in (c, c + 1)]
+                             arrays_sig=_signature(split.arrays), rows=rows) for rows in (c, c + 1)]
     for (name, at_c), (_, at_c1) in zip(*shapes):
         axis = dim % len(at_c) if at_c else None
         if axis is None or len(at_c1) != len(at_c) or (at_c[axis], at_c1[axis]) != (c, c + 1):
@@ -97,8 +97,8 @@ def _signature(arrays: list[Any]) -> tuple:
     return tuple((tuple(x.shape), str(x.dtype)) for x in arrays)
 
 
-@functools.lru_cache(maxsize=128)
-def _output_shapes(replica_fn, variables_sig, treedef, static, axes, arrays_sig, rows) -> list[tuple[str, tuple]]:
+@module_cache(maxsize=128)
+def _output_shapes(replica_fn, variables_sig, treedef, static, axes, *, arrays_sig, rows) -> list[tuple[str, tuple]]:
     """(path, shape) of every output leaf of one replica on a chunk of `rows` rows (jax.eval_shape)."""
     var_treedef, var_leaves = variables_sig
     variables = var_treedef.unflatten([leaf[1] if leaf[0] == "static" else jax.ShapeDtypeStruct(*leaf)
