@@ -1,4 +1,4 @@
-"""What a user of dp_jax sees when something is theirs to fix: warnings at their own line."""
+"""What a user of dp_jax sees when something is theirs to fix: UsageError, and warnings at their own line."""
 from __future__ import annotations
 
 import os
@@ -19,3 +19,11 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)
 
+
+class UsageError(ValueError):
+    """Something dp_jax refuses to run (an argument, a batch, a device list, a strategy, a model's
+    outputs): the message names it, the value, and the fix. Every refusal of user input is one."""
+
+
+class UsageTypeError(UsageError, TypeError):
+    """A UsageError for a value of the wrong type: also a TypeError, as Python's own would be."""

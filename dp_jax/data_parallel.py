@@ -23,6 +23,7 @@ from dp_jax import training
 from dp_jax._batch import check_dim
 from dp_jax._caches import module_cache
 from dp_jax._devices import device_label, resolve_device, resolve_devices
+from dp_jax._errors import UsageError, UsageTypeError
 from dp_jax.strategies import (
     MAPPED_STRATEGIES,
     REPLICA_AXIS,
@@ -94,7 +95,7 @@ class DataParallel:
         and the output comes back replicated (P()) on every device (docs/training.md).
         """
         if rngs is not None and not isinstance(rngs, dict):
-            raise TypeError(f"rngs must be a dict of PRNG keys, e.g. {{'dropout': jax.random.key(0)}}, "
+            raise UsageTypeError(f"rngs must be a dict of PRNG keys, e.g. {{'dropout': jax.random.key(0)}}, "
                             f"not a {type(rngs).__name__}")
         call = self._call(_replica_fn(self.apply_fn, _hashable_filter(mutable)), variables, args, kwargs,
                           rngs=rngs, updates_collections=bool(mutable))
@@ -140,7 +141,7 @@ class DataParallel:
 
     def _step_placement(self, method: str) -> training.Placement:
         if not self.record.mapped:
-            raise ValueError(
+            raise UsageError(
                 f"DataParallel.{method} compiles one program over the mesh of device_ids, but strategy="
                 f"{self.strategy!r} runs each replica as its own call; use strategy="
                 f"{' or '.join(map(repr, MAPPED_STRATEGIES))} (explicit trains eagerly: jax.grad around apply)")
@@ -216,7 +217,7 @@ def _apply_fn_of(module_or_apply_fn: Any) -> Callable[..., Any]:
     if isinstance(module_or_apply_fn, nn.Module):
         return _LinenApply(module_or_apply_fn)
     if not callable(module_or_apply_fn):
-        raise TypeError(f"module_or_apply_fn={module_or_apply_fn!r} is neither a linen Module nor callable; "
+        raise UsageTypeError(f"module_or_apply_fn={module_or_apply_fn!r} is neither a linen Module nor callable; "
                         "pass a Module or fn(variables, *args, **kwargs) (for NNX: see this module's docstring)")
     return module_or_apply_fn
 

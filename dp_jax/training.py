@@ -31,6 +31,7 @@ from jax.sharding import PartitionSpec as P
 
 from dp_jax._batch import labelled_leaves, wrap_dim
 from dp_jax._caches import module_cache
+from dp_jax._errors import UsageError, UsageTypeError
 from dp_jax._jax_compat import count_backend_compiles
 from dp_jax.scatter_gather import chunk_sizes
 from dp_jax.strategies.mesh import mesh_of, spec_at
@@ -87,11 +88,11 @@ class Placement:
         for label, leaf in labelled_leaves({"batch": batch}):
             if not isinstance(leaf, (jax.Array, np.ndarray)) or leaf.ndim == 0:
                 kind = "a 0-dim array" if getattr(leaf, "ndim", None) == 0 else type(leaf).__name__
-                raise TypeError(f"{who}: batch leaf {label} is {kind}; every batch leaf must be an array split "
+                raise UsageTypeError(f"{who}: batch leaf {label} is {kind}; every batch leaf must be an array split "
                                 f"along dim={self.dim}: close over other values in loss_fn")
             axis = wrap_dim(self.dim, leaf.shape, label, who)
             if size is not None and leaf.shape[axis] != size:
-                raise ValueError(f"{who}: batch leaf {label} has {leaf.shape[axis]} rows along dim={self.dim} but "
+                raise UsageError(f"{who}: batch leaf {label} has {leaf.shape[axis]} rows along dim={self.dim} but "
                                  f"the first has {size}; every batch leaf is split into the same chunks")
             size = leaf.shape[axis]
             axes.append(axis)
@@ -130,7 +131,7 @@ class CompiledStep:
     def __call__(self, *args: Any) -> Any:
         who = self.name
         if len(args) < self.n_state:
-            raise TypeError(f"{who} takes {self.n_state} state argument(s) before the batch, got {len(args)}")
+            raise UsageTypeError(f"{who} takes {self.n_state} state argument(s) before the batch, got {len(args)}")
         state = self.placement.state(args[: self.n_state], fresh=bool(self.donate))
         batch, size, axes = self.placement.batch(args[self.n_state:], who)
         with count_backend_compiles() as compiled:
@@ -178,7 +179,7 @@ def train_step(tx: Any, loss_fn: Callable[..., Any], placement: Placement, has_a
 
 def _check_transformation(tx: Any) -> None:
     if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
-        raise TypeError(f"tx={tx!r} is not an optax GradientTransformation (it needs init and update), "
+        raise UsageTypeError(f"tx={tx!r} is not an optax GradientTransformation (it needs init and update), "
                         "e.g. optax.sgd(0.1) or optax.adam(1e-3)")
 
 

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from dp_jax._errors import UsageTypeError
 from dp_jax.strategies.cache import ReplicaCache
 from dp_jax.strategies.mesh import REPLICA_AXIS
 from dp_jax.strategies.plan import ShardPlan
@@ -76,7 +77,7 @@ def replica_keys(rngs: dict | None, replicas: int) -> dict | None:
             keys[name] = fold(key, jnp.arange(replicas))
         except (TypeError, ValueError):  # JAX's message names neither rngs nor the stream
             shown = f"{type(key).__name__} of shape {key.shape}" if hasattr(key, "shape") else repr(key)
-            raise TypeError(
+            raise UsageTypeError(
                 f"rngs[{name!r}] is not a PRNG key (got {shown}); pass rngs={{{name!r}: jax.random.key(seed)}} "
                 "or a key from jax.random.split"
             ) from None

@@ -25,6 +25,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from dp_jax._errors import UsageError, UsageTypeError
 from dp_jax.strategies.mesh import mesh_of, spec_at
 from dp_jax.strategies.table import Replica
 
@@ -142,14 +143,14 @@ def _filled(short_out: Any, full_out: Any, dim: int, c: int, short: int, replica
     full_leaves, treedef = jax.tree_util.tree_flatten_with_path(full_out)
     other = jax.tree_util.tree_structure(short_out)
     if other != treedef:
-        raise ShortChunkMismatch(ValueError, f"replica {replica} (the short last chunk) returned structure {other} "
+        raise ShortChunkMismatch(UsageError, f"replica {replica} (the short last chunk) returned structure {other} "
                                  f"but replica 0 returned {treedef}; every replica must return the same pytree "
                                  "structure")
     flags = []
     for (path, spec), leaf in zip(full_leaves, treedef.flatten_up_to(short_out)):
         name = "output" + jax.tree_util.keystr(path)
         if leaf.dtype != spec.dtype:
-            raise ShortChunkMismatch(TypeError, f"{name} has dtype {leaf.dtype} in replica {replica} but "
+            raise ShortChunkMismatch(UsageTypeError, f"{name} has dtype {leaf.dtype} in replica {replica} but "
                                      f"{spec.dtype} in replica 0; every replica must return the same dtype (cast "
                                      "inside apply_fn)")
         axis = dim % len(spec.shape) if spec.shape else None
@@ -157,7 +158,7 @@ def _filled(short_out: Any, full_out: Any, dim: int, c: int, short: int, replica
             a == b for i, (a, b) in enumerate(zip(leaf.shape, spec.shape)) if i != axis)
         grows = same_elsewhere and axis is not None and (leaf.shape[axis], spec.shape[axis]) == (short, c)
         if leaf.shape != spec.shape and not grows:
-            raise ShortChunkMismatch(ValueError,
+            raise ShortChunkMismatch(UsageError,
                 f"{name} has shape {tuple(leaf.shape)} in replica {replica} but {tuple(spec.shape)} in "
                 f"replica 0; shapes must match in every dimension except dim={dim} (the one gathered): return "
                 "same-shaped outputs, or gather along the batch dim")

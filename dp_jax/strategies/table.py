@@ -14,6 +14,7 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from dp_jax._errors import UsageError
 from dp_jax.strategies.mesh import mesh_of, spec_at
 
 # replica(variables, arrays, rngs) -> (output, collections): one replica's computation on its shard.
@@ -87,9 +88,9 @@ def lookup(strategy: str, axis_name: str | None = None) -> Strategy:
     """The record of `strategy`; raises for an unknown name, or an axis_name it cannot bind."""
     record = TABLE.get(strategy) if isinstance(strategy, str) else None
     if record is None:
-        raise ValueError(f"strategy={strategy!r} is unknown; pass one of {', '.join(map(repr, STRATEGIES))}")
+        raise UsageError(f"strategy={strategy!r} is unknown; pass one of {', '.join(map(repr, STRATEGIES))}")
     if axis_name is not None and not record.mapped:
-        raise ValueError(
+        raise UsageError(
             f"axis_name={axis_name!r} needs one program over all replicas, but strategy={strategy!r} runs "
             f"each replica as its own call; use strategy={' or '.join(map(repr, MAPPED_STRATEGIES))}"
         )

@@ -21,6 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dp_jax._devices import require_distinct
+from dp_jax._errors import UsageError
 from dp_jax._jax_compat import is_abstract_tracer
 from dp_jax.scatter_gather import chunk_sizes
 from dp_jax.strategies.call import StrategyCall, reduce_collections, replica_keys
@@ -39,7 +40,7 @@ def is_traced(*trees: Any) -> bool:
 
 def refuse_explicit(strategy: str) -> None:
     """'explicit' commits every chunk to its device with device_put, which a jit trace cannot do."""
-    raise ValueError(
+    raise UsageError(
         f"DataParallel(strategy={strategy!r}).apply was called inside jax.jit: 'explicit' commits each chunk "
         f"and replica to its device, one call per device, which a traced program cannot do. Use a mapped "
         f"strategy ({', '.join(map(repr, MAPPED_STRATEGIES))}), which places by shardings under jit, or "
@@ -52,7 +53,7 @@ def run(record: Strategy, call: StrategyCall) -> tuple[Any, Any]:
     if not record.mapped:
         refuse_explicit(record.name)
     if call.uneven != "exact":
-        raise ValueError(f"{who}: uneven={call.uneven!r} runs eagerly only; under jit every batch is exact "
+        raise UsageError(f"{who}: uneven={call.uneven!r} runs eagerly only; under jit every batch is exact "
                          "(pass uneven='exact', the default)")
     require_distinct(call.devices, "device_ids")
     split, batch = split_args(call.args, call.kwargs, call.dim, who)
@@ -62,7 +63,7 @@ def run(record: Strategy, call: StrategyCall) -> tuple[Any, Any]:
     n, name = len(call.devices), call.mesh_axis
     sizes = tuple(chunk_sizes(batch, n))
     if call.axis_name is not None and len(set(sizes)) * len(sizes) != n:
-        raise ValueError(
+        raise UsageError(
             f"{who}: axis_name={call.axis_name!r} binds collectives over every replica, but batch {batch} on {n} "
             f"devices splits into chunks {sizes}; a collective cannot span unequal or missing chunks. Use a batch "
             f"divisible by {n}, or drop axis_name")

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from dp_jax._errors import warn_user
+from dp_jax._errors import UsageError, warn_user
 from dp_jax.scatter_gather import SCALAR_GATHER_WARNING
 from dp_jax.strategies.switch import Filled, merge_slots
 
@@ -41,12 +41,12 @@ def gather_stacked(stacked: Any, sizes: tuple[int, ...], dim: int, who: str, fil
         per_replica = leaf.shape[1:]
         axis = dim % len(per_replica) if per_replica else 0
         if padded and (not per_replica or per_replica[axis] != sizes[0]):
-            raise ValueError(  # uneven='pad' refuses this before running (check_outputs_grow); 'pad_unchecked' here
+            raise UsageError(  # uneven='pad' refuses this before running (check_outputs_grow); 'pad_unchecked' here
                 f"{who}: {name} has shape {tuple(per_replica)} per replica, not {sizes[0]} rows along "
                 f"dim={dim}, so the padding rows cannot be dropped from it; use uneven='exact' (the default)")
         if not per_replica:
             if dim != 0:
-                raise ValueError(f"{who}: {name} is a scalar per replica and dim={dim}; scalars can only "
+                raise UsageError(f"{who}: {name} is a scalar per replica and dim={dim}; scalars can only "
                                  "be gathered along dim=0 (into a vector with one value per replica)")
             warn_user(SCALAR_GATHER_WARNING, UserWarning)
             merged.append(leaf if leaf.shape[0] == replicas else leaf[:replicas])
