@@ -3,8 +3,12 @@
 Devices are `jax.Device`s or indices into `jax.devices()`; every array a step returns is committed
 to its device. Chunk sizes, padding and gather rules follow torch (docs/divergences.md (section dp_jax) lists
 where we refuse instead of reproducing a torch bug). `DataParallel`/`data_parallel` run the four
-steps per device ("explicit") or as one sharded program (see `STRATEGIES`).
+steps per device ("explicit") or as one sharded program (see `STRATEGIES`). `clear_caches()` empties
+dp_jax's module caches (the next calls recompile). A refusal of user input is a `UsageError` (a
+ValueError; `UsageTypeError` is also a TypeError).
 """
+from dp_jax._caches import clear_caches
+from dp_jax._errors import UsageError, UsageTypeError
 from dp_jax.data_parallel import DataParallel, data_parallel
 from dp_jax.parallel_apply import parallel_apply
 from dp_jax.replicate import replicate
@@ -16,7 +20,10 @@ __all__ = [
     "ReplicaPlacement",
     "ShardPlan",
     "DataParallel",
+    "UsageError",
+    "UsageTypeError",
     "chunk_sizes",
+    "clear_caches",
     "data_parallel",
     "gather",
     "parallel_apply",

@@ -11,6 +11,7 @@ from typing import Any
 import jax
 
 from dp_jax._devices import is_array_leaf
+from dp_jax._errors import UsageError, UsageTypeError
 
 
 def check_dim(dim: Any, who: str) -> int:
@@ -20,7 +21,7 @@ def check_dim(dim: Any, who: str) -> int:
             raise TypeError
         return operator.index(dim)
     except TypeError:
-        raise TypeError(
+        raise UsageTypeError(
             f"{who}: dim={dim!r} is not an int; pass the batch dimension as an int, e.g. dim=0 (dim=-1 for the last)"
         ) from None
 
@@ -42,7 +43,7 @@ def common_batch(labelled: list[tuple[str, Any]], dim: int, who: str) -> int | N
         if not is_array_leaf(leaf):
             continue
         if leaf.ndim == 0:
-            raise ValueError(
+            raise UsageError(
                 f"{who}: leaf {label} is 0-dim (a scalar array) and cannot be split along dim {dim}; "
                 "pass arrays with a batch dimension, or close over scalars in apply_fn"
             )
@@ -50,7 +51,7 @@ def common_batch(labelled: list[tuple[str, Any]], dim: int, who: str) -> int | N
         if first is None:
             first = (label, size)
         elif size != first[1]:
-            raise ValueError(
+            raise UsageError(
                 f"{who}: leaf {label} has batch {size} but {first[0]} has {first[1]} (dim={dim}); "
                 f"all leaves split along dim {dim} must have the same size"
             )
@@ -60,7 +61,7 @@ def common_batch(labelled: list[tuple[str, Any]], dim: int, who: str) -> int | N
 def wrap_dim(dim: int, shape: tuple[int, ...], label: str, who: str) -> int:
     """`dim` wrapped for an array of `shape` (negative counts from the end, as in torch)."""
     if not -len(shape) <= dim < len(shape):
-        raise ValueError(
+        raise UsageError(
             f"{who}: dim={dim} is out of range for {label} with shape {tuple(shape)}; "
             f"pass dim in [{-len(shape)}, {len(shape) - 1}]"
         )

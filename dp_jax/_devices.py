@@ -11,6 +11,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from dp_jax._errors import UsageError, UsageTypeError
+
 DeviceLike = jax.Device | int
 
 
@@ -28,14 +30,14 @@ def resolve_device(device: Any, arg_name: str = "device", *, allow_cpu_literal: 
     if isinstance(device, (int, np.integer)) and not isinstance(device, bool):
         available = jax.devices()
         if not 0 <= device < len(available):
-            raise ValueError(
+            raise UsageError(
                 f"{arg_name}={device!r} is out of range: jax.devices() has {len(available)} devices "
                 f"({', '.join(device_label(d) for d in available)}); pass an index in "
                 f"0..{len(available) - 1} or a jax.Device"
             )
         return available[int(device)]
     spelled = "a jax.Device, an int index into jax.devices()" + (' or "cpu"' if allow_cpu_literal else "")
-    raise TypeError(f"{arg_name}={device!r} is not a device; pass {spelled}")
+    raise UsageTypeError(f"{arg_name}={device!r} is not a device; pass {spelled}")
 
 
 def resolve_devices(devices: Any, arg_name: str = "devices") -> list[jax.Device]:
@@ -46,11 +48,11 @@ def resolve_devices(devices: Any, arg_name: str = "devices") -> list[jax.Device]
     if isinstance(devices, np.ndarray):  # e.g. mesh.devices
         devices = devices.ravel().tolist()
     if isinstance(devices, (jax.Device, int, str)) or not isinstance(devices, Sequence):
-        raise TypeError(
+        raise UsageTypeError(
             f"{arg_name}={devices!r} must be a list of devices, e.g. jax.devices() or [0, 1]"
         )
     if len(devices) == 0:
-        raise ValueError(f"{arg_name} is empty; pass at least one device, e.g. jax.devices()")
+        raise UsageError(f"{arg_name} is empty; pass at least one device, e.g. jax.devices()")
     return [resolve_device(d, f"{arg_name}[{i}]") for i, d in enumerate(devices)]
 
 
@@ -59,7 +61,7 @@ def require_distinct(devices: Sequence[jax.Device], arg_name: str = "devices") -
     seen: dict[jax.Device, int] = {}
     for i, device in enumerate(devices):
         if device in seen:
-            raise ValueError(
+            raise UsageError(
                 f"{arg_name}[{i}]={device_label(device)} repeats {arg_name}[{seen[device]}]; "
                 "this strategy needs distinct devices (use strategy='explicit' to repeat one)"
             )
@@ -84,12 +86,12 @@ def committed_device(named_trees: dict[str, Any]) -> jax.Device | None:
                 continue
             where = name + jax.tree_util.keystr(path)
             if len(leaf.devices()) != 1:
-                raise ValueError(f"{where} is spread over {len(leaf.devices())} devices; expected one")
+                raise UsageError(f"{where} is spread over {len(leaf.devices())} devices; expected one")
             (device,) = leaf.devices()
             if found is None:
                 found = (where, device)
             elif device != found[1]:
-                raise ValueError(
+                raise UsageError(
                     f"{where} is on {device_label(device)} but {found[0]} is on {device_label(found[1])}; "
                     "a replica and its inputs must live on one device (see dp_jax.replicate, scatter)"
                 )

@@ -13,7 +13,6 @@ An NNX module goes through its functional form:
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +21,9 @@ import jax
 
 from dp_jax import training
 from dp_jax._batch import check_dim
+from dp_jax._caches import module_cache
 from dp_jax._devices import device_label, resolve_device, resolve_devices
+from dp_jax._errors import UsageError, UsageTypeError
 from dp_jax.strategies import (
     MAPPED_STRATEGIES,
     REPLICA_AXIS,
@@ -94,7 +95,7 @@ class DataParallel:
         and the output comes back replicated (P()) on every device (docs/training.md).
         """
         if rngs is not None and not isinstance(rngs, dict):
-            raise TypeError(f"rngs must be a dict of PRNG keys, e.g. {{'dropout': jax.random.key(0)}}, "
+            raise UsageTypeError(f"rngs must be a dict of PRNG keys, e.g. {{'dropout': jax.random.key(0)}}, "
                             f"not a {type(rngs).__name__}")
         call = self._call(_replica_fn(self.apply_fn, _hashable_filter(mutable)), variables, args, kwargs,
                           rngs=rngs, updates_collections=bool(mutable))
@@ -140,7 +141,7 @@ class DataParallel:
 
     def _step_placement(self, method: str) -> training.Placement:
         if not self.record.mapped:
-            raise ValueError(
+            raise UsageError(
                 f"DataParallel.{method} compiles one program over the mesh of device_ids, but strategy="
                 f"{self.strategy!r} runs each replica as its own call; use strategy="
                 f"{' or '.join(map(repr, MAPPED_STRATEGIES))} (explicit trains eagerly: jax.grad around apply)")
@@ -169,9 +170,10 @@ class DataParallel:
               updates_collections: bool = False) -> StrategyCall:
         # torch's one-device shortcut: the output stays on device_ids[0]
         output_device = self.device_ids[0] if len(self.device_ids) == 1 else self.output_device
-        return StrategyCall(replica_fn, variables, tuple(args), dict(kwargs), self.device_ids, output_device,
-                            self.dim, rngs, self.cache, updates_collections, self.sync_collections, self.axis_name,
-                            self.uneven)
+        return StrategyCall(replica_fn=replica_fn, variables=variables, args=tuple(args), kwargs=dict(kwargs),
+                            devices=self.device_ids, output_device=output_device, dim=self.dim, rngs=rngs,
+                            cache=self.cache, updates_collections=updates_collections,
+                            sync_collections=self.sync_collections, axis_name=self.axis_name, uneven=self.uneven)
 
     def plan(self, batch_size: int | None) -> ShardPlan:
         """The ShardPlan a batch of `batch_size` rows would get (devices, chunk sizes, how each replica runs)."""
@@ -180,13 +182,14 @@ class DataParallel:
 
 def data_parallel(
     apply_fn: Callable[..., Any], variables: Any, inputs: Any, device_ids: Sequence[Any] | None = None,
-    output_device: Any = None, dim: int = 0, module_kwargs: dict | None = None, strategy: str = "explicit",
-    *, uneven: str = "exact",
+    output_device: Any = None, dim: int = 0, *, module_kwargs: dict | None = None, strategy: str = "explicit",
+    uneven: str = "exact",
 ) -> Any:
     """Functional DataParallel: apply_fn(variables, *inputs, **module_kwargs) over device_ids.
 
     `inputs` that is not a tuple is one argument; None means none. Like torch's data_parallel it
-    places the variables on every call (no cache); compiled programs are still reused.
+    places the variables on every call (no cache); compiled programs are still reused. torch's
+    positional order up to `dim` (with `variables` after the function); the rest by keyword.
     """
     inputs = () if inputs is None else inputs if isinstance(inputs, tuple) else (inputs,)
     wrapper = DataParallel(apply_fn, device_ids, output_device, dim, strategy, uneven=uneven)
@@ -214,7 +217,7 @@ def _apply_fn_of(module_or_apply_fn: Any) -> Callable[..., Any]:
     if isinstance(module_or_apply_fn, nn.Module):
         return _LinenApply(module_or_apply_fn)
     if not callable(module_or_apply_fn):
-        raise TypeError(f"module_or_apply_fn={module_or_apply_fn!r} is neither a linen Module nor callable; "
+        raise UsageTypeError(f"module_or_apply_fn={module_or_apply_fn!r} is neither a linen Module nor callable; "
                         "pass a Module or fn(variables, *args, **kwargs) (for NNX: see this module's docstring)")
     return module_or_apply_fn
 
@@ -224,7 +227,7 @@ def _hashable_filter(mutable: Any) -> Any:
     return tuple(mutable) if isinstance(mutable, list) else mutable
 
 
-@functools.lru_cache(maxsize=256)
+@module_cache(maxsize=256)
 def _replica_fn(apply_fn: Callable[..., Any], mutable: Any) -> Callable[..., tuple[Any, Any]]:
     """One hashable replica function per (apply_fn, mutable), so every strategy's jit cache hits."""
     def replica(variables, rngs, args, kwargs):

@@ -15,6 +15,7 @@ from typing import Any
 import jax
 
 from dp_jax._devices import DeviceLike, committed_device, device_label, is_array_leaf, resolve_devices
+from dp_jax._errors import UsageError, UsageTypeError
 
 _DYNAMIC = object()  # stands for an array leaf in the static (hashable) half of the arguments
 
@@ -35,7 +36,7 @@ def parallel_apply(
     """
     n = len(replicas)
     if n == 0:
-        raise ValueError("parallel_apply: replicas is empty; pass at least one (see dp_jax.replicate)")
+        raise UsageError("parallel_apply: replicas is empty; pass at least one (see dp_jax.replicate)")
     _check_length("inputs", inputs, n)
     kwargs_tup = ({},) * n if kwargs_tup is None else kwargs_tup
     _check_length("kwargs_tup", kwargs_tup, n)
@@ -59,7 +60,7 @@ def parallel_apply(
 
 def _check_length(name: str, values: Sequence[Any], n_replicas: int) -> None:
     if len(values) != n_replicas:
-        raise ValueError(
+        raise UsageError(
             f"parallel_apply: got {n_replicas} replicas but {len(values)} {name}; pass one entry per "
             "replica (scatter gives fewer chunks than devices for small batches: replicate to "
             "devices[:len(chunks)])"
@@ -70,7 +71,7 @@ def _check_hashable(apply_fn: Callable[..., Any]) -> None:
     try:
         hash(apply_fn)
     except TypeError:
-        raise TypeError(
+        raise UsageTypeError(
             f"parallel_apply: apply_fn={apply_fn!r} is not hashable; it keys the compile cache, so pass "
             "a function, a bound method of a hashable object, or a functools.partial"
         ) from None
@@ -80,12 +81,12 @@ def _replica_device(i: int, call: dict[str, Any], requested: jax.Device | None) 
     """The device replica i runs on; refuses a replica or input committed somewhere else."""
     found = committed_device(call)
     if requested is None and found is None:
-        raise ValueError(
+        raise UsageError(
             f"parallel_apply: cannot tell which device replica {i} belongs to (none of its arrays or "
             "inputs is committed); pass devices=[...] or place them with dp_jax.replicate/scatter"
         )
     if requested is not None and found is not None and found != requested:
-        raise ValueError(
+        raise UsageError(
             f"parallel_apply: devices[{i}]={device_label(requested)} but replica {i} or its inputs are "
             f"committed to {device_label(found)}; replicate and scatter to the same devices you pass here"
         )
@@ -111,7 +112,7 @@ def _check_static(leaf: Any, path: tuple, i: int) -> None:
         hash(leaf)
     except TypeError:
         where = ("replica", "args", "kwargs")[path[0].idx] + jax.tree_util.keystr(path[1:])
-        raise TypeError(
+        raise UsageTypeError(
             f"parallel_apply: {where} of replica {i} is a {type(leaf).__name__}, which is neither an "
             "array nor hashable; non-array arguments are compiled in as constants, so pass arrays, "
             "hashable values, or register the class as a pytree"

@@ -18,6 +18,7 @@ import numpy as np
 
 from dp_jax._batch import check_dim, common_batch, labelled_leaves, wrap_dim
 from dp_jax._devices import DeviceLike, is_array_leaf, resolve_device, resolve_devices
+from dp_jax._errors import UsageError, UsageTypeError
 
 SCALAR_GATHER_WARNING = (
     "Was asked to gather along dimension 0, but all input tensors were scalars; "
@@ -70,7 +71,7 @@ def scatter_kwargs(
     elif len(kwargs_chunks) < len(inputs):  # torch compares with len(inputs), not len(args_chunks)
         kwargs_chunks += [{}] * (len(args_chunks) - len(kwargs_chunks))
     if len(args_chunks) != len(kwargs_chunks):
-        raise ValueError(
+        raise UsageError(
             f"scatter_kwargs: the arrays in kwargs split into {len(kwargs_chunks)} chunks but the "
             f"non-array args are shared by all {len(args_chunks)} devices, so some replicas would get "
             "no kwargs (torch fails later in parallel_apply); pass a batch of at least len(devices), "
@@ -90,7 +91,7 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike | str, dim: int = 0
     target = resolve_device(target_device, "target_device", allow_cpu_literal=True)
     outputs = list(outputs)
     if not outputs:
-        raise ValueError("gather: outputs is empty; pass one output per replica")
+        raise UsageError("gather: outputs is empty; pass one output per replica")
     treedef = _common_structure(outputs)
     paths = [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(outputs[0])[0]]
     per_replica = [treedef.flatten_up_to(output) for output in outputs]
@@ -136,7 +137,7 @@ def _common_structure(outputs: list) -> jax.tree_util.PyTreeDef:
     for r, output in enumerate(outputs[1:], start=1):
         other = jax.tree_util.tree_structure(output)
         if other != treedef:
-            raise ValueError(
+            raise UsageError(
                 f"gather: outputs[{r}] has structure {other} but outputs[0] has {treedef}"
                 f"{_path_difference(outputs[0], output, r)}; every replica must return the same "
                 "pytree structure (same dict keys, sequence lengths and None positions)"
@@ -159,7 +160,7 @@ def _gather_leaf(leaves: list, path: str, target: jax.Device, dim: int) -> jax.A
     labels = [f"outputs[{r}]{path}" for r in range(len(leaves))]
     for label, leaf in zip(labels, leaves):
         if not is_array_leaf(leaf):
-            raise TypeError(
+            raise UsageTypeError(
                 f"gather: {label} is a {type(leaf).__name__} ({leaf!r:.40}), not an array; gather "
                 "concatenates arrays only: return arrays from apply_fn (e.g. jnp.asarray(value)) "
                 "or leave non-array results out of the gathered output"
@@ -176,14 +177,14 @@ def _check_compatible(leaves: list, labels: list[str], dim: int) -> None:
     """Same rank, dtype and shape (except along `dim`) as replica 0, or a clear error."""
     first = leaves[0]
     if first.ndim == 0 and dim != 0 and all(leaf.ndim == 0 for leaf in leaves):
-        raise ValueError(
+        raise UsageError(
             f"gather: {labels[0]} and the other replicas' values are scalars and dim={dim}; scalars "
             "can only be gathered along dim=0 (into a vector with one value per replica)"
         )
     axis = wrap_dim(dim, first.shape, labels[0], "gather") if first.ndim else 0
     for label, leaf in zip(labels[1:], leaves[1:]):
         if leaf.dtype != first.dtype:
-            raise TypeError(
+            raise UsageTypeError(
                 f"gather: {label} has dtype {leaf.dtype} but {labels[0]} has {first.dtype}; "
                 "every replica must return the same dtype (cast inside apply_fn)"
             )
@@ -191,7 +192,7 @@ def _check_compatible(leaves: list, labels: list[str], dim: int) -> None:
             a == b for i, (a, b) in enumerate(zip(leaf.shape, first.shape)) if i != axis
         )
         if not same_elsewhere:
-            raise ValueError(
+            raise UsageError(
                 f"gather: {label} has shape {tuple(leaf.shape)} but {labels[0]} has "
                 f"{tuple(first.shape)}; shapes must match in every dimension except dim={dim} "
                 f"(the one gathered): return same-shaped outputs, or gather along the batch dim"

@@ -21,7 +21,6 @@ once per (shapes, dtypes, devices); a repeated step compiles nothing.
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +30,12 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dp_jax._batch import labelled_leaves, wrap_dim
+from dp_jax._caches import module_cache
+from dp_jax._errors import UsageError, UsageTypeError
+from dp_jax._jax_compat import count_backend_compiles
 from dp_jax.scatter_gather import chunk_sizes
 from dp_jax.strategies.mesh import mesh_of, spec_at
+from dp_jax.strategies.switch import lay_out_slots, merge_slots
 
 
 class Placement:
@@ -74,7 +77,9 @@ class Placement:
         size, axes, shardings = layout
         if size % len(self.devices) == 0:
             return treedef.unflatten(jax.device_put(leaves, shardings)), size, axes
-        slotted = [self._slots(leaf, axis, size) for leaf, axis in zip(leaves, axes)]
+        # laid out on the host, so no program compiles for it (switch.py's layout, as the eager runner's)
+        n = len(self.devices)
+        slotted = lay_out_slots([np.asarray(leaf) for leaf in leaves], axes, n, chunk_sizes(size, n)[0], True)
         return treedef.unflatten(jax.device_put(slotted, shardings)), size, axes
 
     def _layout_of(self, batch: tuple, who: str) -> tuple[int, tuple[int, ...], list[NamedSharding]]:
@@ -83,25 +88,16 @@ class Placement:
         for label, leaf in labelled_leaves({"batch": batch}):
             if not isinstance(leaf, (jax.Array, np.ndarray)) or leaf.ndim == 0:
                 kind = "a 0-dim array" if getattr(leaf, "ndim", None) == 0 else type(leaf).__name__
-                raise TypeError(f"{who}: batch leaf {label} is {kind}; every batch leaf must be an array split "
+                raise UsageTypeError(f"{who}: batch leaf {label} is {kind}; every batch leaf must be an array split "
                                 f"along dim={self.dim}: close over other values in loss_fn")
             axis = wrap_dim(self.dim, leaf.shape, label, who)
             if size is not None and leaf.shape[axis] != size:
-                raise ValueError(f"{who}: batch leaf {label} has {leaf.shape[axis]} rows along dim={self.dim} but "
+                raise UsageError(f"{who}: batch leaf {label} has {leaf.shape[axis]} rows along dim={self.dim} but "
                                  f"the first has {size}; every batch leaf is split into the same chunks")
             size = leaf.shape[axis]
             axes.append(axis)
         shardings = [NamedSharding(self.mesh, spec_at(axis, self.axis_name)) for axis in axes]
         return size or 0, tuple(axes), shardings
-
-    def _slots(self, leaf: Any, axis: int, size: int) -> np.ndarray:
-        """n slots of c rows along `axis`, laid out on the host (no program to compile); zeros past the batch."""
-        n = len(self.devices)
-        c = chunk_sizes(size, n)[0]
-        host = np.asarray(leaf)
-        widths = [(0, 0)] * host.ndim
-        widths[axis] = (0, n * c - size)
-        return np.pad(host, widths).reshape(host.shape[:axis] + (n, c) + host.shape[axis + 1:])
 
 
 def unslot(batch: Any, size: int, axes: tuple[int, ...], n: int) -> Any:
@@ -109,11 +105,7 @@ def unslot(batch: Any, size: int, axes: tuple[int, ...], n: int) -> Any:
     if size % n == 0:
         return batch
     leaves, treedef = jax.tree.flatten(batch)
-    rows = []
-    for leaf, axis in zip(leaves, axes):
-        merged = leaf.reshape(leaf.shape[:axis] + (-1,) + leaf.shape[axis + 2:])
-        rows.append(jax.lax.slice_in_dim(merged, 0, size, axis=axis))
-    return treedef.unflatten(rows)
+    return treedef.unflatten([merge_slots(leaf, axis, size) for leaf, axis in zip(leaves, axes)])
 
 
 class CompiledStep:
@@ -121,13 +113,14 @@ class CompiledStep:
 
     `step(*state, *batch)`: the first `n_state` arguments are replicated on the mesh, the rest
     are batch arrays split into torch's chunks. `.jitted` is the underlying `jax.jit` function;
-    `.compiles()` how many programs it has compiled.
+    `.compiles()` how many programs its calls have compiled.
     """
 
     def __init__(self, body: Callable[..., Any], n_state: int, placement: Placement, donate: tuple[int, ...],
                  name: str):
         self.placement, self.n_state, self.name, self.donate = placement, n_state, name, donate
         self._body = body
+        self._compiles = 0
         self.jitted = jax.jit(self._unslotted, static_argnums=(0, 1), donate_argnums=tuple(d + 2 for d in donate),
                               out_shardings=placement.replicated)
 
@@ -138,14 +131,21 @@ class CompiledStep:
     def __call__(self, *args: Any) -> Any:
         who = self.name
         if len(args) < self.n_state:
-            raise TypeError(f"{who} takes {self.n_state} state argument(s) before the batch, got {len(args)}")
+            raise UsageTypeError(f"{who} takes {self.n_state} state argument(s) before the batch, got {len(args)}")
         state = self.placement.state(args[: self.n_state], fresh=bool(self.donate))
         batch, size, axes = self.placement.batch(args[self.n_state:], who)
-        return self.jitted(size, axes, *state, *batch)
+        with count_backend_compiles() as compiled:
+            result = self.jitted(size, axes, *state, *batch)
+        self._compiles += compiled.count
+        return result
 
     def compiles(self) -> int:
-        """Programs compiled so far (one per distinct shapes, dtypes and batch layout)."""
-        return self.jitted._cache_size()
+        """Programs compiled so far by this step's calls (one per distinct shapes, dtypes and batch layout).
+
+        Counted from jax.monitoring's backend-compile events during each call: a program JAX loads from
+        its persistent compilation cache does not count; one compiled again after a cache clear does.
+        """
+        return self._compiles
 
 
 def value_and_grad(loss_fn: Callable[..., Any], placement: Placement, has_aux: bool = False) -> CompiledStep:
@@ -179,11 +179,11 @@ def train_step(tx: Any, loss_fn: Callable[..., Any], placement: Placement, has_a
 
 def _check_transformation(tx: Any) -> None:
     if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
-        raise TypeError(f"tx={tx!r} is not an optax GradientTransformation (it needs init and update), "
+        raise UsageTypeError(f"tx={tx!r} is not an optax GradientTransformation (it needs init and update), "
                         "e.g. optax.sgd(0.1) or optax.adam(1e-3)")
 
 
-@functools.lru_cache(maxsize=64)
+@module_cache(maxsize=64)
 def placement_for(devices: tuple[jax.Device, ...], axis_name: str, dim: int) -> Placement:
     """One Placement per (devices, axis name, dim)."""
     return Placement(devices, axis_name, dim)

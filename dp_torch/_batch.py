@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from dp_torch._errors import UsageError, UsageTypeError
+
 
 def is_namedtuple(obj: Any) -> bool:
     """True for instances of collections.namedtuple / typing.NamedTuple classes (PyTorch's test)."""
@@ -27,7 +29,7 @@ def check_dim(dim: Any, who: str) -> int:
             raise TypeError
         return operator.index(dim)
     except TypeError:
-        raise TypeError(
+        raise UsageTypeError(
             f"{who}: dim={dim!r} is not an int; pass the batch dimension as an int, e.g. dim=0 (dim=-1 for the last)"
         ) from None
 
@@ -79,7 +81,7 @@ def check_splittable(leaves: Sequence[tuple[str, torch.Tensor]], dim: int, who: 
         if first_path is None:
             first_path, first_size = path, size
         elif size != first_size:
-            raise ValueError(
+            raise UsageError(
                 f"{who}: leaf {path} has batch {size} but {first_path} has {first_size}; "
                 f"all tensors split along dim {dim} must have the same size"
             )
@@ -90,12 +92,12 @@ def check_concatenable(tensors: Sequence[Any], dim: int, path: str) -> None:
     """Replica outputs at ``path`` must be tensors that torch.cat can join along ``dim``."""
     for j, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(
+            raise UsageTypeError(
                 f"gather: {path} is a Tensor in replica 0 but {type(t).__name__} in replica {j}; "
                 "every replica must return the same structure"
             )
         if t.dtype != tensors[0].dtype:
-            raise TypeError(
+            raise UsageTypeError(
                 f"gather: {path} has dtype {t.dtype} in replica {j} but {tensors[0].dtype} in replica 0; "
                 "every replica must return the same dtype (cast inside forward); PyTorch would silently "
                 "cast to replica 0's dtype"
@@ -134,7 +136,7 @@ def check_all_none(outputs: Sequence[Any], path: str) -> None:
     for j, out in enumerate(outputs):
         if out is not None:
             found = with_article(type(out).__name__)
-            raise TypeError(
+            raise UsageTypeError(
                 f"gather: {path} is None in replica 0 but {found} in replica {j}; every replica "
                 "must return the same structure (a forward that returns None for some inputs drops the other "
                 "replicas' results)"
@@ -164,7 +166,7 @@ def check_no_hidden_batch(inputs: Any, path: str, batch: int | None, dim: int, n
             size = tensor.size(dim)
             if batch is None or size == batch:
                 kind = with_article(type(obj).__name__) + (" (a dataclass)" if dataclasses.is_dataclass(obj) else "")
-                raise TypeError(
+                raise UsageTypeError(
                     f"{who}: {leaf_path} is {kind} holding {attr_path} with {size} rows "
                     f"along dim {dim}; scatter does not look inside it, so every replica would get all {size} rows "
                     "(PyTorch returns n times the rows). Pass the tensors in a dict, list, tuple or namedtuple "
@@ -192,14 +194,14 @@ def check_same_container(outputs: Sequence[Any], path: str) -> None:
     kind = dict if isinstance(ref, dict) else (list, tuple)
     for j, out in enumerate(outputs):
         if not isinstance(out, kind):
-            raise TypeError(
+            raise UsageTypeError(
                 f"gather: {path} is a {type(ref).__name__} in replica 0 but {type(out).__name__} in replica {j}; "
                 "every replica must return the same structure"
             )
         if isinstance(ref, dict):
             _check_same_keys(ref, out, path, j)
         elif len(out) != len(ref):
-            raise ValueError(
+            raise UsageError(
                 f"gather: {path} has length {len(out)} in replica {j} but {len(ref)} in replica 0; "
                 "every replica must return the same structure"
             )
@@ -207,7 +209,7 @@ def check_same_container(outputs: Sequence[Any], path: str) -> None:
 
 def _check_same_keys(ref: dict, out: dict, path: str, j: int) -> None:
     if len(out) != len(ref):
-        raise ValueError(
+        raise UsageError(
             f"All dicts must have the same number of keys: {path} has keys {list(out)} in replica {j} "
             f"but {list(ref)} in replica 0"
         )

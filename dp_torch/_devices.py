@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from dp_torch._errors import UsageError, UsageTypeError
+
 DeviceLike = int | str | torch.device
 
 _CPU = torch.device("cpu")
@@ -63,13 +65,13 @@ def resolve_device(value: DeviceLike, arg_name: str) -> torch.device:
         device = torch.device(device.type, _current_index(device.type))
     count = device_count(device.type)
     if count == 0:
-        raise ValueError(
+        raise UsageError(
             f"{arg_name}={value!r} names {device}, but this machine has no {device.type} device; pass 'cpu' "
             "(repeat it, e.g. ['cpu', 'cpu'], for several CPU replicas)"
         )
     if device.index >= count:
         existing = ", ".join(f"{device.type}:{i}" for i in range(count)) or "none"
-        raise ValueError(
+        raise UsageError(
             f"{arg_name}={value!r} names {device}, which does not exist: this machine has {count} "
             f"{device.type} device(s) ({existing}); pass one of them or 'cpu'"
         )
@@ -79,7 +81,7 @@ def resolve_device(value: DeviceLike, arg_name: str) -> torch.device:
 def resolve_devices(values: Sequence[DeviceLike], arg_name: str) -> list[torch.device]:
     """Normalise a list of devices; empty lists are the caller's to reject."""
     if isinstance(values, (str, int, torch.device)):
-        raise TypeError(f"{arg_name} must be a list of devices, got {values!r}; wrap it: [{values!r}]")
+        raise UsageTypeError(f"{arg_name} must be a list of devices, got {values!r}; wrap it: [{values!r}]")
     return [resolve_device(v, f"{arg_name}[{i}]") for i, v in enumerate(values)]
 
 
@@ -90,7 +92,7 @@ def _parse(value: Any, arg_name: str) -> torch.device:
         try:
             return torch.device(value)
         except RuntimeError as err:
-            raise ValueError(
+            raise UsageError(
                 f"{arg_name}={value!r} is not a device name ({err}); use e.g. 'cpu' or 'cuda:0' (virtual devices "
                 "such as 'vdev:0' exist once you call dp_torch.virtual.install() first)"
             ) from None
@@ -99,15 +101,16 @@ def _parse(value: Any, arg_name: str) -> torch.device:
             return _CPU
         device_type = accelerator_type()
         if device_type is None:
-            raise ValueError(
+            raise UsageError(
                 f"{arg_name}={value!r} is an accelerator index, but this machine has no accelerator; "
                 "pass 'cpu' (repeat it, e.g. ['cpu', 'cpu'], for several CPU replicas)"
             )
         if value < 0:
             last = torch.accelerator.device_count() - 1
-            raise ValueError(f"{arg_name}={value!r} is negative; use an index in 0..{last}")
+            raise UsageError(f"{arg_name}={value!r} is negative; use an index in 0..{last}")
         return torch.device(device_type, value)
-    raise TypeError(f"{arg_name}={value!r} is not a device; pass an int, a str such as 'cuda:1', or a torch.device")
+    raise UsageTypeError(
+        f"{arg_name}={value!r} is not a device; pass an int, a str such as 'cuda:1', or a torch.device")
 
 
 def _current_index(device_type: str) -> int:

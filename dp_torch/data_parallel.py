@@ -11,6 +11,7 @@ from torch import nn
 
 from dp_torch._batch import check_dim
 from dp_torch._devices import DeviceLike, default_device_ids, resolve_device, resolve_devices
+from dp_torch._errors import UsageError, UsageTypeError
 from dp_torch.parallel_apply import parallel_apply
 from dp_torch.replicate import replicate
 from dp_torch.scatter_gather import gather, scatter_kwargs
@@ -126,13 +127,13 @@ def _resolve_device_ids(device_ids: Sequence[DeviceLike] | None, who: str) -> li
         return default_device_ids()
     devices = resolve_devices(device_ids, "device_ids")
     if not devices:
-        raise ValueError(f"{who}: device_ids is empty; pass at least one device, e.g. ['cuda:0'] or ['cpu']")
+        raise UsageError(f"{who}: device_ids is empty; pass at least one device, e.g. ['cuda:0'] or ['cpu']")
     return devices
 
 
 def _check_module(module: Any, who: str) -> None:
     if not isinstance(module, nn.Module):
-        raise TypeError(
+        raise UsageTypeError(
             f"{who}: module must be a torch.nn.Module, got {type(module).__name__} ({module!r:.60}); "
             "wrap a function in an nn.Module whose forward calls it"
         )

@@ -13,11 +13,12 @@ from torch import nn
 from torch._utils import ExceptionWrapper
 
 from dp_torch._devices import DeviceLike, current_stream, device_context, resolve_device
+from dp_torch._errors import UsageError
 
 __all__ = ["parallel_apply", "LengthMismatchError"]
 
 
-class LengthMismatchError(AssertionError, ValueError):
+class LengthMismatchError(AssertionError, UsageError):
     """parallel_apply got sequences of different lengths (an AssertionError, as in PyTorch)."""
 
 
@@ -126,7 +127,7 @@ def _check_lengths(
     modules: Sequence[nn.Module], inputs: Sequence[Any], kwargs_tup: Sequence | None, devices: Sequence | None
 ) -> None:
     if len(modules) == 0:
-        raise ValueError("parallel_apply: modules is empty; pass one replica per device (see replicate)")
+        raise UsageError("parallel_apply: modules is empty; pass one replica per device (see replicate)")
     named = [("inputs", inputs), ("kwargs_tup", kwargs_tup), ("devices", devices)]
     for name, seq in named:
         if seq is not None and len(seq) != len(modules):
@@ -143,7 +144,7 @@ def _replica_device(i: int, module: nn.Module, replica_input: Any, device: Devic
     if tensor is None:
         tensor = _first_tensor(replica_input)
     if tensor is None:
-        raise ValueError(
+        raise UsageError(
             f"parallel_apply: devices[{i}] is None and replica {i} has no parameters, buffers or tensor "
             "inputs to take a device from; pass devices=[...] explicitly"
         )

@@ -19,6 +19,7 @@ from dp_torch._batch import (
     with_article,
 )
 from dp_torch._devices import DeviceLike, accelerator_type, resolve_device, resolve_devices
+from dp_torch._errors import UsageError, UsageTypeError
 from dp_torch._functions import Gather, Scatter
 
 __all__ = ["scatter", "scatter_kwargs", "gather"]
@@ -64,7 +65,7 @@ def scatter_kwargs(
     elif len(scattered_kwargs) < len(inputs):  # PyTorch compares with len(inputs), not the scattered length
         scattered_kwargs.extend({} for _ in range(len(scattered_inputs) - len(scattered_kwargs)))
     if len(scattered_inputs) != len(scattered_kwargs):
-        raise ValueError(
+        raise UsageError(
             f"scatter_kwargs: the tensors in kwargs split into {len(scattered_kwargs)} pieces but the "
             f"non-tensor positional args are copied to all {len(scattered_inputs)} devices, so some replicas "
             "would get no kwargs; pass a batch of at least len(target_devices) or fewer devices"
@@ -82,14 +83,14 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike | None, dim: int = 
     """
     dim = check_dim(dim, "gather")
     if len(outputs) == 0:
-        raise ValueError("gather: outputs is empty; pass one output per replica")
+        raise UsageError("gather: outputs is empty; pass one output per replica")
     return _gather(list(outputs), _gather_target(target_device), dim, "out")
 
 
 def _target_devices(target_devices: Sequence[DeviceLike], who: str) -> list[torch.device]:
     devices = resolve_devices(target_devices, f"{who}: target_devices")
     if not devices:
-        raise ValueError(f"{who}: target_devices is empty; pass at least one device, e.g. ['cpu']")
+        raise UsageError(f"{who}: target_devices is empty; pass at least one device, e.g. ['cpu']")
     return devices
 
 
@@ -134,7 +135,7 @@ def _gather(outputs: list[Any], target: torch.device, dim: int, path: str) -> An
         return type(out)._make(items) if is_namedtuple(out) else type(out)(items)
     if _rebuildable(out):
         return _gather_iterable(outputs, target, dim, path)
-    raise TypeError(
+    raise UsageTypeError(
         f"gather: {path} is {with_article(type(out).__name__)} ({out!r:.60}); gather only joins tensors, None, dicts, "
         "lists, tuples, namedtuples and other iterables of them (rebuilt as type(out)(items), a cache object for "
         f"one). Return other values as tensors or outside the module ({_what_pytorch_does(out)})"
@@ -152,14 +153,14 @@ def _gather_iterable(outputs: list[Any], target: torch.device, dim: int, path: s
     items = [list(out) for out in outputs]
     for j, replica_items in enumerate(items[1:], 1):
         if len(replica_items) != len(items[0]):
-            raise ValueError(f"gather: {path} has {len(items[0])} items on replica 0 but {len(replica_items)} on "
+            raise UsageError(f"gather: {path} has {len(items[0])} items on replica 0 but {len(replica_items)} on "
                              f"replica {j}; every replica must return the same structure")
     gathered = [_gather(list(same), target, dim, f"{path}[{i}]") for i, same in enumerate(zip(*items))]
     name = type(outputs[0]).__name__
     try:
         return type(outputs[0])(iter(gathered))
     except Exception as error:
-        raise TypeError(f"gather: {path} is {with_article(name)}, rebuilt as PyTorch's gather rebuilds it, "
+        raise UsageTypeError(f"gather: {path} is {with_article(name)}, rebuilt as PyTorch's gather rebuilds it, "
                         f"{name}(gathered items), which raised {type(error).__name__}: {error}; return tensors "
                         "or containers of them") from error
 

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from dp_jax._errors import UsageTypeError
 from dp_jax.strategies.cache import ReplicaCache
 from dp_jax.strategies.mesh import REPLICA_AXIS
 from dp_jax.strategies.plan import ShardPlan
@@ -16,9 +17,11 @@ from dp_jax.strategies.plan import ShardPlan
 ReplicaFn = Callable[[Any, "dict | None", tuple, dict], tuple[Any, Any]]
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class StrategyCall:
     """Everything one data-parallel call needs, fixed for the call; every strategy takes one.
+
+    Built with keywords only: two adjacent bools (updates_collections, sync_collections) cannot swap.
 
     Attributes:
       replica_fn: fn(variables, rngs, args, kwargs) -> (output, collections), hashable.
@@ -74,18 +77,19 @@ def replica_keys(rngs: dict | None, replicas: int) -> dict | None:
             keys[name] = fold(key, jnp.arange(replicas))
         except (TypeError, ValueError):  # JAX's message names neither rngs nor the stream
             shown = f"{type(key).__name__} of shape {key.shape}" if hasattr(key, "shape") else repr(key)
-            raise TypeError(
+            raise UsageTypeError(
                 f"rngs[{name!r}] is not a PRNG key (got {shown}); pass rngs={{{name!r}: jax.random.key(seed)}} "
                 "or a key from jax.random.split"
             ) from None
     return keys
 
 
-def reduce_collections(stacked: Any, sync: bool, device: jax.Device) -> Any:
-    """Replica 0's collections from a (replica, ...) stacked pytree, or their mean when `sync`."""
+def reduce_collections(stacked: Any, replicas: int, sync: bool) -> Any:
+    """Replica 0's collections from a (n, ...) stacked pytree, or (sync) the mean of its floating leaves
+    over the first `replicas` entries, the replicas that ran. Moves nothing: the eager runners
+    place `stacked` first, the traced runner calls it inside its trace."""
     def pick(leaf):
-        leaf = jax.device_put(leaf, device)
         if sync and jnp.issubdtype(leaf.dtype, jnp.inexact):
-            return jnp.mean(leaf, axis=0).astype(leaf.dtype)
+            return jnp.mean(leaf[:replicas], axis=0).astype(leaf.dtype)
         return leaf[0]
     return jax.tree.map(pick, stacked)

@@ -1,13 +1,13 @@
 """'explicit': the four pipeline steps (scatter, replicate, parallel_apply, gather), one jitted call per device."""
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from dp_jax._caches import module_cache
 from dp_jax.parallel_apply import parallel_apply
 from dp_jax.replicate import replicate
 from dp_jax.scatter_gather import gather, scatter_kwargs
@@ -38,7 +38,7 @@ def run(record: Strategy, call: StrategyCall) -> StrategyResult:
     collections = [c for _, c in results]
     if call.sync_collections and len(collections) > 1:
         stacked = jax.tree.map(lambda *leaves: jnp.stack(jax.device_put(leaves, used[0])), *collections)
-        return StrategyResult(output, reduce_collections(stacked, True, used[0]), plan)
+        return StrategyResult(output, reduce_collections(stacked, len(collections), sync=True), plan)
     return StrategyResult(output, collections[0], plan)
 
 
@@ -61,7 +61,7 @@ def _place(record: Strategy, call: StrategyCall, who: str) -> tuple[ShardPlan, l
     return plan, variables, inputs, kwargs_tup
 
 
-@functools.lru_cache(maxsize=256)
+@module_cache(maxsize=256)
 def with_rngs_first(replica_fn: ReplicaFn) -> Callable:
     """replica_fn as parallel_apply calls it: fn(variables, rngs, *args, **kwargs); one object per fn.
 

@@ -15,6 +15,7 @@ from jax.sharding import NamedSharding
 
 from dp_jax._batch import common_batch, labelled_leaves
 from dp_jax._devices import is_array_leaf
+from dp_jax._errors import UsageTypeError
 from dp_jax.strategies.mesh import spec_at
 from dp_jax.strategies.plan import ShardPlan
 from dp_jax.strategies.switch import lay_out_slots
@@ -61,7 +62,7 @@ def _require_hashable(leaf: Any, name: str, who: str) -> None:
     try:
         hash(leaf)
     except TypeError:
-        raise TypeError(
+        raise UsageTypeError(
             f"{who}: leaf {name} of type {type(leaf).__name__} is neither an array nor hashable; "
             "non-array arguments are compile-time constants here, so pass it as an array or a hashable value"
         ) from None

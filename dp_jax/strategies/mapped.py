@@ -9,7 +9,7 @@ refused (see padding.py).
 """
 from __future__ import annotations
 
-import functools
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +17,7 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from dp_jax._caches import module_cache
 from dp_jax._devices import require_distinct
 from dp_jax.strategies.cache import ReplicaCache
 from dp_jax.strategies.call import ReplicaFn, StrategyCall, StrategyResult, reduce_collections, replica_keys
@@ -25,9 +26,9 @@ from dp_jax.strategies.inputs import SplitArgs, place_arrays, split_args
 from dp_jax.strategies.mesh import mesh_of
 from dp_jax.strategies.padding import check_outputs_grow, check_padding_allowed, check_ragged_collectives
 from dp_jax.strategies.plan import ReplicaPlacement, ShardPlan, per_device_views, plan_shards
-from dp_jax.strategies.switch import short_chunk_views, switch_program
+from dp_jax.strategies.switch import ShortChunkMismatch, short_chunk_views, switch_program
 from dp_jax.strategies.table import Strategy
-from dp_jax.strategies.unpad import merge_replica_outputs
+from dp_jax.strategies.unpad import gather_stacked
 
 
 def place_variables(record: Strategy, variables: Any, plan: ShardPlan, cache: ReplicaCache, axis_name: str) -> Any:
@@ -45,12 +46,14 @@ def run(record: Strategy, call: StrategyCall) -> StrategyResult:
     _refuse(call, split, plan, who)
     variables, arrays = _place(record, call, split, plan)
     keys = _placed_keys(call, plan)
-    uneven = plan.chunk_sizes if plan.short_replica is not None else None
-    program = program_for(record, call.replica_fn, split.treedef, split.static, tuple(split.axes), plan.devices,
-                          call.mesh_axis, call.dim, who, uneven)
+    key = ProgramKey.of(record, call, split, devices=plan.devices,
+                        uneven_sizes=plan.chunk_sizes if plan.short_replica is not None else None)
+    program = program_for(key, who)
     (stacked_out, stacked_collections), filled = program(variables, arrays, keys)
-    output = merge_replica_outputs(stacked_out, plan, call.output_device, call.dim, who, filled)
-    collections = reduce_collections(stacked_collections, call.sync_collections, plan.devices[0])
+    output = gather_stacked(jax.device_put(stacked_out, call.output_device), plan.chunk_sizes, call.dim, who,
+                            filled, padded=bool(plan.pad_rows))
+    collections = reduce_collections(jax.device_put(stacked_collections, plan.devices[0]), len(plan.chunk_sizes),
+                                     call.sync_collections)
     return StrategyResult(output, collections, plan)
 
 
@@ -60,7 +63,7 @@ def place(record: Strategy, call: StrategyCall) -> ReplicaPlacement:
     variables, arrays = _place(record, call, split, plan)
     views = per_device_views(arrays, plan.devices)
     if plan.short_replica is not None:
-        views[-1] = short_chunk_views(views[-1], split.axes, plan.chunk_sizes[-1], record.layout == "stacked")
+        views[-1] = short_chunk_views(views[-1], split.axes, plan.chunk_sizes[-1], record.stacked)
     return ReplicaPlacement(per_device_views(variables, plan.devices), [split.rebuild(v) for v in views], plan)
 
 
@@ -77,14 +80,14 @@ def _refuse(call: StrategyCall, split: SplitArgs, plan: ShardPlan, who: str) -> 
         return
     check_padding_allowed(plan, who, updates_collections=call.updates_collections, axis_name=call.axis_name,
                           uses_rngs=bool(call.rngs), n_devices=n)
-    check_outputs_grow(call.replica_fn, call.variables, split, plan, call.dim, who, n)
+    check_outputs_grow(call.replica_fn, call.variables, split, plan, call.dim, who=who, n_devices=n)
 
 
 def _place(record: Strategy, call: StrategyCall, split: SplitArgs, plan: ShardPlan) -> tuple[Any, list]:
     """(placed variables, the program's input arrays: laid out per replica, sharded over the plan's mesh)."""
     mesh = mesh_of(plan.devices, call.mesh_axis)
     variables = place_variables(record, call.variables, plan, call.cache, call.mesh_axis)
-    return variables, place_arrays(split, plan, mesh, call.mesh_axis, stacked=record.layout == "stacked")
+    return variables, place_arrays(split, plan, mesh, call.mesh_axis, stacked=record.stacked)
 
 
 def _placed_keys(call: StrategyCall, plan: ShardPlan) -> dict | None:
@@ -95,20 +98,60 @@ def _placed_keys(call: StrategyCall, plan: ShardPlan) -> dict | None:
     return jax.device_put(keys, NamedSharding(mesh_of(plan.devices, call.mesh_axis), P(call.mesh_axis)))
 
 
-@functools.lru_cache(maxsize=256)
-def program_for(record: Strategy, replica_fn: ReplicaFn, treedef: Any, static: tuple, axes: tuple[int, ...],
-                devices: tuple[jax.Device, ...], name: str, dim: int, who: str,
-                uneven_sizes: tuple[int, ...] | None = None) -> Callable:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ProgramKey:
+    """What one compiled program depends on: the key of `program_for`'s cache (no error label in it).
+
+    Attributes:
+      record: the strategy.   replica_fn: the hashable replica function.
+      treedef, static, axes: (args, kwargs)'s structure, its static leaves, each array's split axis.
+      devices, axis_name: the mesh the program runs on.   dim: the batch dimension.
+      uneven_sizes: torch's unequal chunk sizes (the switch program), or None (the record's own).
+    """
+
+    record: Strategy
+    replica_fn: ReplicaFn
+    treedef: Any
+    static: tuple
+    axes: tuple[int, ...]
+    devices: tuple[jax.Device, ...]
+    axis_name: str
+    dim: int
+    uneven_sizes: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, record: Strategy, call: StrategyCall, split: SplitArgs, *, devices: tuple[jax.Device, ...],
+           uneven_sizes: tuple[int, ...] | None) -> ProgramKey:
+        """The key of `call` split as `split`, on `devices`."""
+        return cls(record=record, replica_fn=call.replica_fn, treedef=split.treedef, static=split.static,
+                   axes=tuple(split.axes), devices=devices, axis_name=call.mesh_axis, dim=call.dim,
+                   uneven_sizes=uneven_sizes)
+
+
+def program_for(key: ProgramKey, who: str) -> Callable:
     """The compiled-once callable (variables, arrays, keys) -> ((stacked outputs, collections), Filled or None):
-    the record's program on equal (or padded) chunks; given `uneven_sizes`, the switch program over them."""
-    split = SplitArgs(treedef, static, [], [])
+    the record's program on equal (or padded) chunks; given `uneven_sizes`, the switch program over them.
+    A short chunk that returns what a full one cannot be gathered with raises, labelled with `who`."""
+    program = _program(key)
+
+    def labelled(variables, arrays, keys):
+        try:
+            return program(variables, arrays, keys)
+        except ShortChunkMismatch as mismatch:  # raised while tracing: the cached program has no label
+            raise mismatch.labelled(who) from None
+    return labelled
+
+
+@module_cache(maxsize=256)
+def _program(key: ProgramKey) -> Callable:
+    split = SplitArgs(key.treedef, key.static, [], [])
 
     def replica(variables, arrays, rngs):
         args, kwargs = split.rebuild(arrays)
-        return replica_fn(variables, rngs, args, kwargs)
+        return key.replica_fn(variables, rngs, args, kwargs)
 
-    if uneven_sizes is not None:
-        stacked = record.layout == "stacked"
-        return jax.jit(switch_program(replica, axes, devices, name, uneven_sizes, dim, stacked, who))
-    program = record.build(replica, axes, devices, name)
+    if key.uneven_sizes is not None:
+        return jax.jit(switch_program(replica, key.axes, key.devices, key.axis_name, sizes=key.uneven_sizes,
+                                      dim=key.dim, stacked=key.record.stacked))
+    program = key.record.build(replica, key.axes, key.devices, key.axis_name)
     return lambda variables, arrays, keys: (program(variables, arrays, keys), None)

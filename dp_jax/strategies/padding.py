@@ -8,11 +8,12 @@ not the default.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
 
+from dp_jax._caches import module_cache
+from dp_jax._errors import UsageError
 from dp_jax.strategies.inputs import SplitArgs
 from dp_jax.strategies.plan import ShardPlan, even_batch_sizes_near
 
@@ -37,24 +38,24 @@ def check_padding_allowed(plan: ShardPlan, who: str, *, updates_collections: boo
     if not plan.pad_rows:
         return
     if uses_rngs:
-        raise ValueError(
+        raise UsageError(
             f"{who}: {_padding_story(plan, n_devices)}, and the last replica's random draws (rngs, e.g. dropout "
             f"masks) would be drawn for the padded shape, which need not match the unpadded draws; "
             f"{_pad_fixes(plan, n_devices)}"
         )
     if updates_collections:
-        raise ValueError(
+        raise UsageError(
             f"{who}: {_padding_story(plan, n_devices)}, and the updated (mutable) collections, e.g. BatchNorm "
             f"batch statistics, would include the padding rows; {_pad_fixes(plan, n_devices)}"
         )
     if axis_name is not None:
-        raise ValueError(
+        raise UsageError(
             f"{who}: {_padding_story(plan, n_devices)}, and collectives over axis_name={axis_name!r} would include "
             f"the padding rows; {_pad_fixes(plan, n_devices)}"
         )
 
 
-def check_outputs_grow(replica_fn: Any, variables: Any, split: SplitArgs, plan: ShardPlan, dim: int, who: str,
+def check_outputs_grow(replica_fn: Any, variables: Any, split: SplitArgs, plan: ShardPlan, dim: int, *, who: str,
                        n_devices: int) -> None:
     """Raise unless every output leaf has one row per input row: abstract evaluation (no compute) at
     c and c+1 rows must give c and c+1 along `dim`. One shape alone can match by coincidence
@@ -63,11 +64,11 @@ def check_outputs_grow(replica_fn: Any, variables: Any, split: SplitArgs, plan: 
         return
     c = plan.shard_size
     shapes = [_output_shapes(replica_fn, _abstract(variables), split.treedef, split.static, tuple(split.axes),
-                             _signature(split.arrays), rows) for rows in (c, c + 1)]
+                             arrays_sig=_signature(split.arrays), rows=rows) for rows in (c, c + 1)]
     for (name, at_c), (_, at_c1) in zip(*shapes):
         axis = dim % len(at_c) if at_c else None
         if axis is None or len(at_c1) != len(at_c) or (at_c[axis], at_c1[axis]) != (c, c + 1):
-            raise ValueError(
+            raise UsageError(
                 f"{who}: {_padding_story(plan, n_devices)}, but output{name} does not grow with the chunk "
                 f"(shape {at_c} for {c} rows and {at_c1} for {c + 1}, along dim={dim}), so the padding rows "
                 f"would enter it and cannot be dropped; {_pad_fixes(plan, n_devices)}, or reduce over rows "
@@ -79,7 +80,7 @@ def check_ragged_collectives(plan: ShardPlan, axis_name: str | None, who: str, n
     """Raise for collectives (axis_name) over unequal chunks: a pmean would weigh the short chunk as a full one."""
     if axis_name is None or plan.short_replica is None:
         return
-    raise ValueError(
+    raise UsageError(
         f"{who}: a batch of {plan.batch_size} rows on {n_devices} devices splits into unequal chunks "
         f"{', '.join(map(str, plan.chunk_sizes))}, and collectives over axis_name={axis_name!r} "
         f"(BatchNorm(axis_name=...), lax.pmean) would weigh the short chunk as a full one; use "
@@ -97,8 +98,8 @@ def _signature(arrays: list[Any]) -> tuple:
     return tuple((tuple(x.shape), str(x.dtype)) for x in arrays)
 
 
-@functools.lru_cache(maxsize=128)
-def _output_shapes(replica_fn, variables_sig, treedef, static, axes, arrays_sig, rows) -> list[tuple[str, tuple]]:
+@module_cache(maxsize=128)
+def _output_shapes(replica_fn, variables_sig, treedef, static, axes, *, arrays_sig, rows) -> list[tuple[str, tuple]]:
     """(path, shape) of every output leaf of one replica on a chunk of `rows` rows (jax.eval_shape)."""
     var_treedef, var_leaves = variables_sig
     variables = var_treedef.unflatten([leaf[1] if leaf[0] == "static" else jax.ShapeDtypeStruct(*leaf)

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import jax
 
 from dp_jax._devices import device_label
+from dp_jax._errors import UsageError
 from dp_jax.scatter_gather import chunk_sizes
 from dp_jax.strategies.table import lookup
 
@@ -136,11 +137,11 @@ def plan_shards(batch_size: int | None, devices: tuple[jax.Device, ...], strateg
 def check_uneven(uneven: str, strategy: str) -> None:
     """Raise for an unknown `uneven` mode, or uneven='pad' with a strategy that never pads."""
     if uneven not in UNEVEN_MODES:
-        raise ValueError(f"uneven={uneven!r} is unknown; pass 'exact' (the default: no padding row enters a "
+        raise UsageError(f"uneven={uneven!r} is unknown; pass 'exact' (the default: no padding row enters a "
                          "computation), 'pad' (a mapped strategy pads the last chunk, as a pmap port does, and "
                          "refuses what it can see that changes) or 'pad_unchecked' (pads and refuses nothing)")
     if uneven in PADDING_MODES and not lookup(strategy).mapped:
-        raise ValueError(f"uneven={uneven!r} needs a strategy that maps one program over equal shards, but "
+        raise UsageError(f"uneven={uneven!r} needs a strategy that maps one program over equal shards, but "
                          f"strategy={strategy!r} runs every chunk as its own call; pass uneven='exact' or "
                          "strategy='pmap', 'sharded' or 'shard_map'")
 

@@ -25,6 +25,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from dp_jax._errors import UsageError, UsageTypeError
 from dp_jax.strategies.mesh import mesh_of, spec_at
 from dp_jax.strategies.table import Replica
 
@@ -67,8 +68,30 @@ def _slots(xp: Any, x: Any, axis: int, replicas: int, c: int, stacked: bool) -> 
     return x.reshape(x.shape[:axis] + (replicas, c) + x.shape[axis + 1:]) if stacked else x
 
 
-def switch_program(replica: Replica, axes: tuple[int, ...], devices: tuple[jax.Device, ...], name: str,
-                   sizes: tuple[int, ...], dim: int, stacked: bool, who: str) -> Callable:
+def merge_slots(x: Any, axis: int, rows: int | None) -> Any:
+    """The inverse of `lay_out_slots(..., stacked=True)` for one array: its (replicas, c) axes at `axis`
+    merged into one, cut to the batch's `rows` (None: keep every slot row). The gather uses it too."""
+    merged = x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2:])
+    return merged if rows is None else lax.slice_in_dim(merged, 0, rows, axis=axis)
+
+
+class ShortChunkMismatch(Exception):
+    """The short chunk's output differs from a full chunk's beyond its rows, found while tracing.
+
+    The compiled program is cached without the caller's label, so the caller relabels it:
+    `labelled(who)` is the error the user sees.
+    """
+
+    def __init__(self, kind: type[Exception], message: str):
+        super().__init__(message)
+        self.kind = kind
+
+    def labelled(self, who: str) -> Exception:
+        return self.kind(f"{who}: {self}")
+
+
+def switch_program(replica: Replica, axes: tuple[int, ...], devices: tuple[jax.Device, ...], name: str, *,
+                   sizes: tuple[int, ...], dim: int, stacked: bool) -> Callable:
     """(variables, arrays, keys) -> ((stacked outputs, stacked collections), Filled): device i of `devices`
     computes chunk i of `sizes` (or nothing past the last). Not jitted: the caller jits it, or is a trace.
 
@@ -77,14 +100,14 @@ def switch_program(replica: Replica, axes: tuple[int, ...], devices: tuple[jax.D
     """
     n = len(devices)
     kinds = np.array([FULL if s == sizes[0] else SHORT for s in sizes] + [IDLE] * (n - len(sizes)), np.int32)
-    one_block = _switch_block(replica, axes, sizes, dim, kinds, name, stacked, who)
+    one_block = _switch_block(replica, axes, sizes, kinds, name, dim=dim, stacked=stacked)
     in_specs = (P(), [spec_at(a, name) for a in axes], P(name))
     return jax.shard_map(one_block, mesh=mesh_of(devices, name), in_specs=in_specs, out_specs=P(name),
                          check_vma=False)
 
 
-def _switch_block(replica: Replica, axes: tuple[int, ...], sizes: tuple[int, ...], dim: int, kinds: np.ndarray,
-                  name: str, stacked: bool, who: str) -> Callable:
+def _switch_block(replica: Replica, axes: tuple[int, ...], sizes: tuple[int, ...], kinds: np.ndarray, name: str, *,
+                  dim: int, stacked: bool) -> Callable:
     """One device's block: its slot of c rows, computed as a full chunk, the short chunk's rows alone, or not at all."""
     c, short = sizes[0], sizes[-1]
 
@@ -98,7 +121,7 @@ def _switch_block(replica: Replica, axes: tuple[int, ...], sizes: tuple[int, ...
 
         full_shapes = jax.eval_shape(replica, variables, arrays, rngs)
         filled = _filled(jax.eval_shape(replica, variables, short_rows(arrays), rngs)[0], full_shapes[0], dim, c,
-                         short, len(sizes) - 1, who)
+                         short, len(sizes) - 1)
 
         def short_chunk(variables, arrays, rngs):
             out, collections = replica(variables, short_rows(arrays), rngs)
@@ -114,27 +137,29 @@ def _switch_block(replica: Replica, axes: tuple[int, ...], sizes: tuple[int, ...
     return one_block
 
 
-def _filled(short_out: Any, full_out: Any, dim: int, c: int, short: int, replica: int, who: str) -> Filled:
+def _filled(short_out: Any, full_out: Any, dim: int, c: int, short: int, replica: int) -> Filled:
     """Which leaves of the short chunk's output have `short` rows along `dim` where a full chunk's have c;
-    raises, as gather does, for any other difference in structure, shape or dtype."""
+    raises ShortChunkMismatch (what gather raises) for any other difference in structure, shape or dtype."""
     full_leaves, treedef = jax.tree_util.tree_flatten_with_path(full_out)
     other = jax.tree_util.tree_structure(short_out)
     if other != treedef:
-        raise ValueError(f"{who}: replica {replica} (the short last chunk) returned structure {other} but replica 0 "
-                         f"returned {treedef}; every replica must return the same pytree structure")
+        raise ShortChunkMismatch(UsageError, f"replica {replica} (the short last chunk) returned structure {other} "
+                                 f"but replica 0 returned {treedef}; every replica must return the same pytree "
+                                 "structure")
     flags = []
     for (path, spec), leaf in zip(full_leaves, treedef.flatten_up_to(short_out)):
         name = "output" + jax.tree_util.keystr(path)
         if leaf.dtype != spec.dtype:
-            raise TypeError(f"{who}: {name} has dtype {leaf.dtype} in replica {replica} but {spec.dtype} in "
-                            "replica 0; every replica must return the same dtype (cast inside apply_fn)")
+            raise ShortChunkMismatch(UsageTypeError, f"{name} has dtype {leaf.dtype} in replica {replica} but "
+                                     f"{spec.dtype} in replica 0; every replica must return the same dtype (cast "
+                                     "inside apply_fn)")
         axis = dim % len(spec.shape) if spec.shape else None
         same_elsewhere = len(leaf.shape) == len(spec.shape) and all(
             a == b for i, (a, b) in enumerate(zip(leaf.shape, spec.shape)) if i != axis)
         grows = same_elsewhere and axis is not None and (leaf.shape[axis], spec.shape[axis]) == (short, c)
         if leaf.shape != spec.shape and not grows:
-            raise ValueError(
-                f"{who}: {name} has shape {tuple(leaf.shape)} in replica {replica} but {tuple(spec.shape)} in "
+            raise ShortChunkMismatch(UsageError,
+                f"{name} has shape {tuple(leaf.shape)} in replica {replica} but {tuple(spec.shape)} in "
                 f"replica 0; shapes must match in every dimension except dim={dim} (the one gathered): return "
                 "same-shaped outputs, or gather along the batch dim")
         flags.append(leaf.shape != spec.shape)

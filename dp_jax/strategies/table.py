@@ -6,13 +6,15 @@ harness and the benchmarks) reads `STRATEGIES` and the record.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from dp_jax._errors import UsageError
 from dp_jax.strategies.mesh import mesh_of, spec_at
 
 # replica(variables, arrays, rngs) -> (output, collections): one replica's computation on its shard.
@@ -21,22 +23,31 @@ Replica = Callable[[Any, list, Any], tuple[Any, Any]]
 ProgramBuilder = Callable[[Replica, tuple[int, ...], tuple[jax.Device, ...], str], Callable[..., Any]]
 
 
-class Strategy(NamedTuple):
-    """How one strategy runs the replicas.
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """How one strategy runs the replicas; the fields are checked, so a misspelt record fails at import.
 
     Attributes:
       name: the public name ('explicit', 'pmap', ...).
       mapped: True when one program maps over every replica (needs distinct devices and equal
         shards); False for one call per replica.
-      layout: how the batch reaches the program: 'chunks' (one array per replica), 'stacked' (a
-        (replica, row) split of `dim`, sharded on the replica axis) or 'rows' (`dim` sharded as is).
+      stacked: True when the batch reaches the program as a (replica, row) split of `dim`, sharded
+        on the replica axis; False when `dim` is sharded as it is (or, unmapped, one chunk per call).
       build: the program builder of a mapped strategy (None for 'explicit').
     """
 
     name: str
     mapped: bool
-    layout: str
+    stacked: bool
     build: ProgramBuilder | None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.mapped, bool) and isinstance(self.stacked, bool)):
+            raise TypeError(f"Strategy({self.name!r}): mapped={self.mapped!r} and stacked={self.stacked!r} "
+                            "must be bools")
+        if self.mapped != (self.build is not None) or (self.stacked and not self.mapped):
+            raise ValueError(f"Strategy({self.name!r}): a mapped strategy has a program builder, an unmapped "
+                             "one has none and no stacked layout")
 
 
 def _pmap_program(replica: Replica, axes: tuple[int, ...], devices: tuple[jax.Device, ...], name: str) -> Callable:
@@ -64,10 +75,10 @@ def _shard_map_program(replica: Replica, axes: tuple[int, ...], devices: tuple[j
 
 
 TABLE: dict[str, Strategy] = {record.name: record for record in (
-    Strategy("explicit", mapped=False, layout="chunks", build=None),
-    Strategy("pmap", mapped=True, layout="stacked", build=_pmap_program),
-    Strategy("sharded", mapped=True, layout="stacked", build=_sharded_program),
-    Strategy("shard_map", mapped=True, layout="rows", build=_shard_map_program),
+    Strategy("explicit", mapped=False, stacked=False, build=None),
+    Strategy("pmap", mapped=True, stacked=True, build=_pmap_program),
+    Strategy("sharded", mapped=True, stacked=True, build=_sharded_program),
+    Strategy("shard_map", mapped=True, stacked=False, build=_shard_map_program),
 )}
 STRATEGIES: tuple[str, ...] = tuple(TABLE)
 MAPPED_STRATEGIES: tuple[str, ...] = tuple(name for name, record in TABLE.items() if record.mapped)
@@ -77,9 +88,9 @@ def lookup(strategy: str, axis_name: str | None = None) -> Strategy:
     """The record of `strategy`; raises for an unknown name, or an axis_name it cannot bind."""
     record = TABLE.get(strategy) if isinstance(strategy, str) else None
     if record is None:
-        raise ValueError(f"strategy={strategy!r} is unknown; pass one of {', '.join(map(repr, STRATEGIES))}")
+        raise UsageError(f"strategy={strategy!r} is unknown; pass one of {', '.join(map(repr, STRATEGIES))}")
     if axis_name is not None and not record.mapped:
-        raise ValueError(
+        raise UsageError(
             f"axis_name={axis_name!r} needs one program over all replicas, but strategy={strategy!r} runs "
             f"each replica as its own call; use strategy={' or '.join(map(repr, MAPPED_STRATEGIES))}"
         )

@@ -13,36 +13,34 @@ of switch.py (device i computes a full chunk, the short chunk's rows alone, or n
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dp_jax._devices import require_distinct
-from dp_jax.scatter_gather import SCALAR_GATHER_WARNING, chunk_sizes
-from dp_jax.strategies.call import StrategyCall, replica_keys
+from dp_jax._errors import UsageError
+from dp_jax._jax_compat import is_abstract_tracer
+from dp_jax.scatter_gather import chunk_sizes
+from dp_jax.strategies.call import StrategyCall, reduce_collections, replica_keys
 from dp_jax.strategies.inputs import split_args
-from dp_jax.strategies.mapped import program_for
+from dp_jax.strategies.mapped import ProgramKey, program_for
 from dp_jax.strategies.mesh import mesh_of, spec_at
-from dp_jax.strategies.switch import Filled, lay_out_slots
+from dp_jax.strategies.switch import lay_out_slots
 from dp_jax.strategies.table import MAPPED_STRATEGIES, Strategy
+from dp_jax.strategies.unpad import gather_stacked
 
 
 def is_traced(*trees: Any) -> bool:
     """True when a leaf is an abstract tracer (a jit trace), not a concrete or eagerly differentiated array."""
-    from jax._src import core  # is_concrete has no public spelling; eager jax.grad tracers are concrete
-
-    return any(isinstance(leaf, jax.core.Tracer) and not core.is_concrete(leaf)
-               for tree in trees for leaf in jax.tree.leaves(tree))
+    return any(is_abstract_tracer(leaf) for tree in trees for leaf in jax.tree.leaves(tree))
 
 
 def refuse_explicit(strategy: str) -> None:
     """'explicit' commits every chunk to its device with device_put, which a jit trace cannot do."""
-    raise ValueError(
+    raise UsageError(
         f"DataParallel(strategy={strategy!r}).apply was called inside jax.jit: 'explicit' commits each chunk "
         f"and replica to its device, one call per device, which a traced program cannot do. Use a mapped "
         f"strategy ({', '.join(map(repr, MAPPED_STRATEGIES))}), which places by shardings under jit, or "
@@ -55,7 +53,7 @@ def run(record: Strategy, call: StrategyCall) -> tuple[Any, Any]:
     if not record.mapped:
         refuse_explicit(record.name)
     if call.uneven != "exact":
-        raise ValueError(f"{who}: uneven={call.uneven!r} runs eagerly only; under jit every batch is exact "
+        raise UsageError(f"{who}: uneven={call.uneven!r} runs eagerly only; under jit every batch is exact "
                          "(pass uneven='exact', the default)")
     require_distinct(call.devices, "device_ids")
     split, batch = split_args(call.args, call.kwargs, call.dim, who)
@@ -65,7 +63,7 @@ def run(record: Strategy, call: StrategyCall) -> tuple[Any, Any]:
     n, name = len(call.devices), call.mesh_axis
     sizes = tuple(chunk_sizes(batch, n))
     if call.axis_name is not None and len(set(sizes)) * len(sizes) != n:
-        raise ValueError(
+        raise UsageError(
             f"{who}: axis_name={call.axis_name!r} binds collectives over every replica, but batch {batch} on {n} "
             f"devices splits into chunks {sizes}; a collective cannot span unequal or missing chunks. Use a batch "
             f"divisible by {n}, or drop axis_name")
@@ -75,44 +73,12 @@ def run(record: Strategy, call: StrategyCall) -> tuple[Any, Any]:
     if keys is not None:
         keys = lax.with_sharding_constraint(keys, NamedSharding(mesh, P(name)))
     even = len(sizes) == n and sizes[0] * n == batch
-    arrays = lay_out_slots(split.arrays, tuple(split.axes), n, sizes[0], record.layout == "stacked")
+    arrays = lay_out_slots(split.arrays, tuple(split.axes), n, sizes[0], record.stacked)
     arrays = [lax.with_sharding_constraint(x, NamedSharding(mesh, spec_at(axis, name)))
               for x, axis in zip(arrays, split.axes)]
-    program = program_for(record, call.replica_fn, split.treedef, split.static, tuple(split.axes), call.devices,
-                          name, call.dim, who, None if even else sizes)
+    program = program_for(ProgramKey.of(record, call, split, devices=call.devices,
+                                        uneven_sizes=None if even else sizes), who)
     (stacked_out, stacked_collections), filled = program(variables, arrays, keys)
     output = gather_stacked(stacked_out, sizes, call.dim, who, filled)
     output = lax.with_sharding_constraint(output, NamedSharding(mesh, P()))
-    return output, _collections(stacked_collections, len(sizes), call.sync_collections)
-
-
-def _collections(stacked: Any, replicas: int, sync: bool) -> Any:
-    """Replica 0's collections, or (sync) the mean of floating leaves over the replicas that ran."""
-    def pick(leaf):
-        if sync and jnp.issubdtype(leaf.dtype, jnp.inexact):
-            return jnp.mean(leaf[:replicas], axis=0).astype(leaf.dtype)
-        return leaf[0]
-    return jax.tree.map(pick, stacked)
-
-
-def gather_stacked(stacked: Any, sizes: tuple[int, ...], dim: int, who: str, filled: Filled | None) -> Any:
-    """Concatenate replicas 0..k-1 of every (n, ...) leaf along `dim`, dropping the short chunk's filled
-    rows (leaves `filled` marks): torch's gather, in a trace. A scalar per replica becomes a vector
-    (with torch's warning)."""
-    k = len(sizes)
-
-    def gather(path, leaf, grew):
-        per_replica = leaf.shape[1:]
-        if not per_replica:
-            if dim != 0:
-                raise ValueError(f"{who}: output{jax.tree_util.keystr(path)} is a scalar per replica and "
-                                 f"dim={dim}; scalars can only be gathered along dim=0")
-            warnings.warn(SCALAR_GATHER_WARNING, UserWarning, stacklevel=5)
-            return leaf[:k]
-        axis = dim % len(per_replica)
-        moved = jnp.moveaxis(leaf[:k], 0, axis)
-        merged = moved.reshape(moved.shape[:axis] + (-1,) + moved.shape[axis + 2:])
-        return lax.slice_in_dim(merged, 0, sum(sizes), axis=axis) if grew else merged
-    paths_and_leaves, treedef = jax.tree_util.tree_flatten_with_path(stacked)
-    grown = filled.leaves if filled is not None else (False,) * len(paths_and_leaves)
-    return treedef.unflatten([gather(path, leaf, grew) for (path, leaf), grew in zip(paths_and_leaves, grown)])
+    return output, reduce_collections(stacked_collections, len(sizes), call.sync_collections)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from dp_torch._errors import UsageError, UsageTypeError
 from dp_torch.virtual import tensor as _vt
 from dp_torch.virtual.comm import stock_comm
 
@@ -75,7 +76,7 @@ def cpu_view(tensor: torch.Tensor) -> torch.Tensor:
         return tensor._data
     if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu":
         return tensor
-    raise TypeError(
+    raise UsageTypeError(
         f"cpu_view: expected a virtual-device or CPU tensor, got "
         f"{type(tensor).__name__} on {getattr(tensor, 'device', None)}"
     )
@@ -89,9 +90,9 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _check_arguments(n: int, name: str) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 64:
-        raise ValueError(f"virtual.install: n={n!r}; pass an int between 1 and 64")
+        raise UsageError(f"virtual.install: n={n!r}; pass an int between 1 and 64")
     if not isinstance(name, str) or not name.isidentifier() or name in ("cpu", "cuda", "meta"):
-        raise ValueError(
+        raise UsageError(
             f"virtual.install: name={name!r}; pass a new lowercase identifier such as 'vdev'"
         )
 

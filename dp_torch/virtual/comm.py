@@ -19,6 +19,7 @@ from torch._utils import (
     _unflatten_dense_tensors,
 )
 
+from dp_torch._errors import UsageTypeError
 from dp_torch.virtual import tensor as _vt
 
 
@@ -85,7 +86,7 @@ def _checked_chunk_sizes(chunk_sizes, size: int) -> list[int]:
     """comm.cpp's checks (sum first, then each size > 0), naming the offending entry."""
     for i, n in enumerate(chunk_sizes):
         if not isinstance(n, int) or isinstance(n, bool):
-            raise TypeError(f"scatter: chunk_sizes[{i}]={n!r} is not an int; pass one int row count per device")
+            raise UsageTypeError(f"scatter: chunk_sizes[{i}]={n!r} is not an int; pass one int row count per device")
     total = sum(chunk_sizes)
     if total != size:
         raise RuntimeError(
