@@ -12,8 +12,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIMIT = 6
-PACKAGES = ("dp_torch", "dp_jax")  # held to LIMIT
-PENDING = ("comparisons",)  # being restructured: reported, not yet held (move a name to PACKAGES when it passes)
+PACKAGES = ("dp_torch", "dp_jax", "comparisons")
 
 
 def positional_count(node: ast.FunctionDef | ast.AsyncFunctionDef, in_class: bool) -> int:
@@ -39,10 +38,7 @@ def offenders(package: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("package", [
-    *PACKAGES,
-    *(pytest.param(name, marks=pytest.mark.xfail(strict=False, reason="restructured elsewhere")) for name in PENDING),
-])
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_function_takes_more_than_6_positional_parameters(package):
     assert (ROOT / package).is_dir(), package
     assert offenders(package) == [], f"pass a record or keyword-only arguments to: {', '.join(offenders(package))}"

@@ -80,7 +80,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 _check_writable(path, flag)
         report = (_run_distributed(args, argv) if getattr(args, "processes", None) is not None \
             else _run(settings))
-    except UsageError as error:  # ComparisonError, ConversionError, UserPairError, the backends' refusals
+    except _usage_errors() as error:  # ComparisonError, ConversionError, UserPairError, the backends' refusals
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Exception:  # noqa: BLE001 (not the user's input: say so, with the traceback to report)
@@ -96,6 +96,13 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"error: cannot write the report: {error}", file=sys.stderr)
         return 2
     return 0 if report.ok else 1
+
+
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """comparisons' UsageError and, once loaded, dp_torch's and dp_jax's: the backends cannot import comparisons
+    nor each other, so each has its own base of the same name (evaluated when an error reaches `except`)."""
+    loaded = (sys.modules.get(name) for name in ("dp_torch", "dp_jax"))
+    return (UsageError, *(module.UsageError for module in loaded if module is not None))
 
 
 def _load_user_pairs(args: argparse.Namespace):

@@ -142,13 +142,19 @@ def test_an_unwritable_out_is_refused_before_the_comparison_runs(monkeypatch, tm
 @pytest.mark.parametrize("raised, status", [
     (ComparisonError("compare: devices=0; pass a positive integer"), 2),
     (ConversionError("torch_to_flax: missing Flax leaf 'params.fc.kernel'"), 2),
+    ("dp_jax", 2), ("dp_torch", 2),  # the backends' own UsageError: a refusal of the user's input too
     (ValueError("operands could not be broadcast together"), 70),  # not a refusal of the input: a bug
     (KeyError("params"), 70),
     (RuntimeError("XLA compilation failed"), 70),
 ])
 def test_only_usage_errors_are_bad_input_anything_else_is_internal_with_its_traceback(monkeypatch, capsys, raised,
                                                                                        status):
+    import importlib
+
     from comparisons import cli
+
+    if isinstance(raised, str):
+        raised = importlib.import_module(raised).UsageError(f"{raised}: device_ids=[]; pass at least one device")
 
     def comparison(settings):
         raise raised
