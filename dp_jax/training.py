@@ -142,8 +142,9 @@ class CompiledStep:
     def compiles(self) -> int:
         """Programs compiled so far by this step's calls (one per distinct shapes, dtypes and batch layout).
 
-        Counted from jax.monitoring's backend-compile events during each call: a program JAX loads from
-        its persistent compilation cache does not count; one compiled again after a cache clear does.
+        Counted from jax.monitoring's backend-compile events during each call; JAX reports a program it
+        loads from its persistent compilation cache the same way, so a load counts too, as does a
+        program compiled again after a cache clear.
         """
         return self._compiles
 

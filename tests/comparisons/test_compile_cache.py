@@ -77,3 +77,20 @@ def test_unreadable_entries_are_warned_about_once_and_compiled_afresh(tmp_path):
     result = comparison(tmp_path, str(folder))
     assert result["ok"] and result["misses"] > 0
     assert len(result["warnings"]) == 1 and "unreadable entries" in result["warnings"][0]
+
+
+def test_a_load_from_the_cache_counts_as_a_compile_as_compiles_documents(tmp_path):
+    """dp_jax's compile counter (CompiledStep.compiles) reads one event, which JAX sends for a load too."""
+    probe = ("import sys, jax, jax.numpy as jnp\n"
+             "jax.config.update('jax_compilation_cache_dir', sys.argv[1])\n"
+             "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)\n"
+             "jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)\n"
+             "from dp_jax._jax_compat import count_backend_compiles\n"
+             "with count_backend_compiles() as c:\n"
+             "    jax.jit(lambda x: jnp.sin(x) * float(sys.argv[2]))(jnp.ones(7)).block_until_ready()\n"
+             "print(c.count)\n")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | {"PYTHONPATH": str(ROOT)}
+    scale = str(len(str(tmp_path)))  # a program no other test compiled
+    counts = [subprocess.run([sys.executable, "-c", probe, str(tmp_path / "c"), scale], env=env, capture_output=True,
+                             text=True, timeout=120, check=True).stdout.strip() for _ in range(2)]
+    assert counts[0] == counts[1] and int(counts[0]) >= 1
