@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.monitoring
 import jax.numpy as jnp
@@ -83,29 +81,3 @@ def counting_compiles() -> Iterator[CompileCounter]:
         yield counter
     finally:
         jax.monitoring.unregister_event_duration_listener(counter._listener)
-
-
-class MLP(nn.Module):
-    """A small Dense stack; `scale` is a non-array argument (static under jit)."""
-
-    widths: tuple[int, ...] = (16, 16, 3)
-
-    @nn.compact
-    def __call__(self, x: jax.Array, scale: float = 1.0) -> jax.Array:
-        for width in self.widths[:-1]:
-            x = nn.tanh(nn.Dense(width)(x))
-        return nn.Dense(self.widths[-1])(x) * scale
-
-
-@functools.cache
-def _jitted_init(features: int):
-    return jax.jit(lambda seed: MLP().init(jax.random.key(seed), np.zeros((1, features), np.float32)))
-
-
-def mlp_and_variables(seed: int, features: int = 5) -> tuple[MLP, Any]:
-    """An MLP and fresh variables (uncommitted, on the default device); one compile per width."""
-    return MLP(), _jitted_init(features)(seed)
-
-
-def batch(seed: int, size: int, features: int = 5) -> np.ndarray:
-    return np.random.default_rng(seed).normal(size=(size, features)).astype(np.float32)

@@ -1,9 +1,13 @@
-"""Small Flax models for the dp_jax strategy tests: MLP, conv net with BatchNorm, attention block, LSTM.
+"""The one Flax model zoo of the tests: MLP, conv net with BatchNorm, attention block, LSTM, and a scaled MLP.
 
-Each model takes (x, train) and returns per-row outputs; `make(name, batch, seed)` gives the model,
-its variables and an input batch of fresh random data.
+Each zoo model takes (x, train) and returns per-row outputs; `make(name, batch, seed)` gives the model,
+its variables and an input batch of fresh random data. `ScaledMLP` takes a non-array `scale` instead
+(static under jit); `mlp_and_variables(seed)` and `batch(seed, size)` serve the dp_jax step tests.
 """
 from __future__ import annotations
+
+import functools
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -47,6 +51,32 @@ class LSTM(nn.Module):
     @nn.compact
     def __call__(self, x, train: bool = False):
         return nn.Dense(4)(nn.RNN(nn.LSTMCell(8))(x)[:, -1])
+
+
+class ScaledMLP(nn.Module):
+    """A small Dense stack; `scale` is a non-array argument (static under jit)."""
+
+    widths: tuple[int, ...] = (16, 16, 3)
+
+    @nn.compact
+    def __call__(self, x: jax.Array, scale: float = 1.0) -> jax.Array:
+        for width in self.widths[:-1]:
+            x = nn.tanh(nn.Dense(width)(x))
+        return nn.Dense(self.widths[-1])(x) * scale
+
+
+@functools.cache
+def _jitted_init(features: int):
+    return jax.jit(lambda seed: ScaledMLP().init(jax.random.key(seed), np.zeros((1, features), np.float32)))
+
+
+def mlp_and_variables(seed: int, features: int = 5) -> tuple[ScaledMLP, Any]:
+    """An MLP and fresh variables (uncommitted, on the default device); one compile per width."""
+    return ScaledMLP(), _jitted_init(features)(seed)
+
+
+def batch(seed: int, size: int, features: int = 5) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(size, features)).astype(np.float32)
 
 
 MODELS = {"mlp": MLP, "convbn": ConvBN, "attention": Attention, "lstm": LSTM}

@@ -1,8 +1,6 @@
 """dp_jax outside the strategies: repr like torch's, `dim` checked when given, the user's error types kept."""
 from __future__ import annotations
 
-import inspect
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -10,7 +8,6 @@ import numpy as np
 import pytest
 
 import dp_jax
-from dp_jax import _batch
 
 
 class Wide(nn.Module):
@@ -94,8 +91,3 @@ def test_parallel_apply_rebuilds_an_error_whose_constructor_takes_other_argument
         dp_jax.parallel_apply(apply_fn, [{}, {}], chunks, devices=[0, 1])
     assert str(raised.value).startswith("Caught NeedsTwoArguments in replica 1 on device cpu:1.")
     assert "code 7: short chunk" in str(raised.value) and raised.value.code == 7
-
-
-def test_the_caller_label_is_called_who_as_everywhere_else():
-    assert "who" in inspect.signature(_batch.common_batch).parameters
-    assert "who" in inspect.signature(_batch.wrap_dim).parameters

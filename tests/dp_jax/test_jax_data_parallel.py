@@ -5,8 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers_jax import MLP, batch, counting_compiles
-from _models_jax import make
+from _helpers_jax import counting_compiles
+from _models_jax import ScaledMLP as MLP
+from _models_jax import batch, make
 from flax import nnx
 
 from dp_jax import STRATEGIES

@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers_jax import assert_committed_to, batch, counting_compiles, devices, mlp_and_variables
+from _helpers_jax import assert_committed_to, counting_compiles, devices
+from _models_jax import batch, mlp_and_variables
 
 import dp_jax
 

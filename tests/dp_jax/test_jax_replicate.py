@@ -5,7 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers_jax import assert_committed_to, assert_trees_equal, devices, mlp_and_variables
+from _helpers_jax import assert_committed_to, assert_trees_equal, devices
+from _models_jax import mlp_and_variables
 
 import dp_jax
 
