@@ -50,17 +50,17 @@ if [ "$DRY_RUN" = 1 ]; then
   step device-lists 60 device_lists.log 0 "$PY" -m benchmarks.cuda_device_lists --dry-run \
     --out "$OUT/device_lists.json"
   step benchmarks 200 benchmarks.log 0 "$PY" -m benchmarks --quick --only train_step \
-    --json "$OUT/results.json" --docs "$OUT/performance.md"
+    --json "$OUT/results.json" --write-docs "$OUT/performance.md"
   step benchmarks-rest 60 benchmarks_rest.log 0 "$PY" -m benchmarks --quick --only replication \
-    --json "$OUT/results_rest.json" --no-docs
+    --json "$OUT/results_rest.json"
 else
   step pytest-gpu 140 pytest.log 0 "${PYTEST[@]}" $GPU_TESTS
   step device-lists 50 device_lists.log 0 "$PY" -m benchmarks.cuda_device_lists --out "$OUT/device_lists.json"
   # two runs, so a slow section cannot take the GPU figures with it (results are written at the end of a run)
   step benchmarks 160 benchmarks.log 0 "$PY" -m benchmarks --device gpu --only jax_strategies torch_stock \
-    train_step --json "$OUT/results.json" --docs "$OUT/performance.md"
+    train_step --json "$OUT/results.json" --write-docs "$OUT/performance.md"
   step benchmarks-rest 70 benchmarks_rest.log 0 "$PY" -m benchmarks --device gpu --only breakdown replication \
-    harness virtual --json "$OUT/results_rest.json" --no-docs
+    harness virtual --json "$OUT/results_rest.json"
 fi
 
 {
