@@ -137,10 +137,14 @@ def _check_cuda() -> None:
 
 def _check_writable(path: str, flag: str) -> None:
     """Refuse an --out the report could not be written to, before the comparison spends its time."""
-    target = Path(path)
+    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
     folder = target.parent
     if target.is_dir():
         raise UsageError(f"{flag} {path}: is a folder; pass a file path, e.g. {flag} {target / 'report.html'}")
+    if target.exists() and not target.is_file():  # a pipe or a device: written through, so it must take writes
+        if not os.access(target, os.W_OK):
+            raise UsageError(f"{flag} {path}: cannot write to it; pass a writable path")
+        return
     if not folder.is_dir():
         raise UsageError(f"{flag} {path}: folder {folder} does not exist; create it or pass a path in an existing one")
     try:
@@ -258,8 +262,15 @@ def _summary(report) -> str:
 
 
 def _write(path: str, text: str) -> None:
-    """Write `text` whole or not at all: a temporary file beside `path`, renamed over it."""
-    target = Path(path)
+    """Write `text` to `path`: a regular file (or a new path) whole or not at all, through a temporary file
+    beside it renamed over it; a symlink's target the same way; anything else (a named pipe, /dev/null, a
+    terminal) written through, since renaming over it would replace the pipe or the device node."""
+    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
+    if target.exists() and not target.is_file():
+        with open(target, "w", encoding="utf-8") as file:
+            file.write(text)
+        print(f"wrote {path}", file=sys.stderr)
+        return
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     _partial.append(temporary)
     try:

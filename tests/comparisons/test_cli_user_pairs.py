@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -180,3 +181,46 @@ def test_the_exit_status_is_1_when_a_check_fails_and_0_when_all_pass(monkeypatch
         monkeypatch.setattr("comparisons.cli._main._run", lambda settings, passed=passed: small_report(passed, seed))
         assert cli.main(["run", "--model", "mlp", "--format", fmt]) == status
         capsys.readouterr()
+
+
+def _report_to(out: Path, monkeypatch, seed: int) -> str:
+    """`run --format json --out out` on a drawn report; the JSON text the CLI wrote."""
+    from _helpers_harness import small_report
+
+    from comparisons import cli
+
+    report = small_report(True, seed)
+    monkeypatch.setattr("comparisons.cli._main._run", lambda settings: report)
+    assert cli.main(["run", "--model", "mlp", "--format", "json", "--out", str(out)]) == 0
+    return report.render("json")
+
+
+def test_out_through_a_symlink_writes_its_target_and_keeps_the_link(tmp_path, monkeypatch, capsys):
+    real = tmp_path / "reports" / "latest.json"
+    real.parent.mkdir()
+    real.write_text("old")
+    link = tmp_path / "report.json"
+    link.symlink_to(real)
+    expected = _report_to(link, monkeypatch, seed=5)
+    assert link.is_symlink() and link.resolve() == real and real.read_text() == expected
+
+
+def test_out_to_a_named_pipe_writes_through_it(tmp_path, monkeypatch, capsys):
+    import threading
+
+    pipe = tmp_path / "report.fifo"
+    os.mkfifo(pipe)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_text()), daemon=True)
+    reader.start()
+    expected = _report_to(pipe, monkeypatch, seed=9)
+    reader.join(timeout=30)
+    assert received == [expected] and stat.S_ISFIFO(os.stat(pipe).st_mode)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_out_to_a_device_node_writes_through_and_leaves_the_node(tmp_path, monkeypatch, capsys):
+    node = tmp_path / "null"
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is, in a folder of our own
+    _report_to(node, monkeypatch, seed=2)
+    assert stat.S_ISCHR(os.stat(node).st_mode)
