@@ -47,16 +47,17 @@ class Placement:
         self.replicated = NamedSharding(self.mesh, P())
         self._layouts: dict[Any, tuple[int, tuple[int, ...], list[NamedSharding]]] = {}
 
-    def state(self, tree: Any, fresh: bool = False) -> Any:
+    def state(self, tree: Any, fresh: bool = False, own: frozenset[int] = frozenset()) -> Any:
         """`tree` replicated on every device; leaves already replicated there are kept as they are.
 
-        fresh: never share a buffer with the caller's arrays (a donating step would delete them).
-        JAX's device_put reuses the source buffer as the shard on its own device even with
-        may_alias=False, so a device array is sent through the host instead (once: the step's
-        outputs are already replicated and are passed on as they are).
+        fresh: never share a buffer with the caller's arrays (a donating step would delete them), except
+        the arrays whose ids are in `own` (what the step itself returned last, passed back: those it
+        donates). JAX's device_put reuses the source buffer as the shard on its own device even with
+        may_alias=False, so a device array is sent through the host instead (once: the next steps get
+        the step's own outputs back).
         """
         def replicate(leaf: Any) -> Any:
-            if isinstance(leaf, jax.Array) and leaf.sharding == self.replicated:
+            if isinstance(leaf, jax.Array) and leaf.sharding == self.replicated and (not fresh or id(leaf) in own):
                 return leaf
             if fresh and isinstance(leaf, jax.Array):
                 leaf = np.asarray(leaf)
@@ -121,6 +122,7 @@ class CompiledStep:
         self.placement, self.n_state, self.name, self.donate = placement, n_state, name, donate
         self._body = body
         self._compiles = 0
+        self._returned: list[Any] = []  # the state leaves the last call returned: the only ones donated as given
         self.jitted = jax.jit(self._unslotted, static_argnums=(0, 1), donate_argnums=tuple(d + 2 for d in donate),
                               out_shardings=placement.replicated)
 
@@ -132,11 +134,15 @@ class CompiledStep:
         who = self.name
         if len(args) < self.n_state:
             raise UsageTypeError(f"{who} takes {self.n_state} state argument(s) before the batch, got {len(args)}")
-        state = self.placement.state(args[: self.n_state], fresh=bool(self.donate))
+        _refuse_deleted(args[: self.n_state], who)
+        own = frozenset(map(id, self._returned))
+        state = self.placement.state(args[: self.n_state], fresh=bool(self.donate), own=own)
         batch, size, axes = self.placement.batch(args[self.n_state:], who)
         with count_backend_compiles() as compiled:
             result = self.jitted(size, axes, *state, *batch)
         self._compiles += compiled.count
+        if self.donate:
+            self._returned = jax.tree.leaves(result[: self.n_state])
         return result
 
     def compiles(self) -> int:
@@ -147,6 +153,20 @@ class CompiledStep:
         program compiled again after a cache clear.
         """
         return self._compiles
+
+
+_STATE_NAMES = ("params", "opt_state", "collections")
+
+
+def _refuse_deleted(state: tuple, who: str) -> None:
+    """A donated (deleted) array passed again: JAX 0.10.2 on a CPU mesh can crash on one (SIGSEGV)."""
+    if not any(isinstance(leaf, jax.Array) and leaf.is_deleted() for leaf in jax.tree.leaves(state)):
+        return  # the common case costs one walk of the leaves; the labels only for the error
+    names = _STATE_NAMES if len(state) == 3 else ("variables",)
+    label = next(label for label, leaf in labelled_leaves(dict(zip(names, state)))
+                 if isinstance(leaf, jax.Array) and leaf.is_deleted())
+    raise UsageError(f"{who}: {label} was donated to an earlier call of this step and is deleted; pass each "
+                     "step the params, opt_state and collections the previous step returned")
 
 
 def value_and_grad(loss_fn: Callable[..., Any], placement: Placement, has_aux: bool = False) -> CompiledStep:
@@ -160,7 +180,9 @@ def train_step(tx: Any, loss_fn: Callable[..., Any], placement: Placement, has_a
 
     loss_fn({"params": params, **collections}, *batch) returns the loss, or with has_aux
     (loss, updated_collections), which replace theirs in the returned collections. params,
-    opt_state and collections are donated: pass each step the ones the last step returned.
+    opt_state and collections are donated: pass each step the ones the last step returned. The arrays
+    you pass that it did not return (the first step's, or params you replicated on the mesh yourself)
+    are copied first, so they stay valid; an array an earlier step deleted is refused.
     """
     import optax
 

@@ -15,7 +15,7 @@ from _chunks import torch_chunks
 from _helpers_jax import chunked_reference as chunked
 from _helpers_jax import counting_compiles, devices
 from _models_jax import make
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import dp_jax
@@ -310,3 +310,40 @@ def test_padding_mode_is_eager_only_and_says_so_under_jit():
     dp = dp_jax.DataParallel(row_mixing, devices(N), strategy="pmap", uneven="pad")
     with pytest.raises(ValueError, match="uneven='exact'"):
         jax.jit(dp.apply)(mixing_variables(2), np.ones((5, 3), np.float32))
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+@pytest.mark.parametrize("batch, axis_name", [(8, None), (7, None), (8, "batch"), (12, "data")])  # uneven: no axis
+def test_params_the_user_replicated_on_the_mesh_stay_valid_and_only_the_steps_own_outputs_are_donated(
+        strategy, batch, axis_name):
+    """docs/training.md's fix 2 replicates params on the step's mesh (its axis: the one bound, else
+    REPLICA_AXIS); the step kept them as they were, donated them and deleted the user's arrays."""
+    from dp_jax.strategies import REPLICA_AXIS
+
+    model, variables, x = make("mlp", batch, seed=batch)
+    dp = dp_jax.DataParallel(model, devices(N), strategy=strategy, axis_name=axis_name)
+    tx = optax.sgd(0.1)
+    step = dp.train_step(tx, lambda v, x: jnp.mean(dp.apply(v, x) ** 2))
+    mesh = jax.sharding.Mesh(np.array(devices(N)), (axis_name or REPLICA_AXIS,), axis_types=(AxisType.Auto,))
+    mine = jax.device_put(variables["params"], NamedSharding(mesh, P()))  # replicated, as fix 2 does
+    # the expected values from a second init: a numpy view of `mine` (or of what it was put from) would
+    # pin its buffers, and JAX silently copies a pinned buffer instead of donating it
+    before = jax.tree.map(np.asarray, make("mlp", batch, seed=batch)[1]["params"])
+    params, opt_state, collections, _ = step(mine, tx.init(mine), {}, x)
+    assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(mine))
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, mine), before)
+    returned = jax.tree.leaves(params)
+    params, opt_state, collections, _ = step(params, opt_state, collections, x)
+    assert all(leaf.is_deleted() for leaf in returned)  # the step's own outputs are still donated
+
+
+def test_params_an_earlier_step_donated_are_refused_naming_the_leaf():
+    """Passed again, a deleted array crashed the interpreter (SIGSEGV) inside the jitted call."""
+    model, variables, x = make("mlp", 8, seed=3)
+    dp = dp_jax.DataParallel(model, devices(N), strategy="shard_map")
+    tx = optax.sgd(0.1)
+    step = dp.train_step(tx, lambda v, x: jnp.mean(dp.apply(v, x) ** 2))
+    first = step(variables["params"], tx.init(variables["params"]), {}, x)
+    step(*first[:3], x)  # donates first's params
+    with pytest.raises(dp_jax.UsageError, match=r"params\['Dense_0'\]\['bias'\] was donated to an earlier call"):
+        step(*first[:3], x)
