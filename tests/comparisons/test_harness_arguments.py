@@ -34,6 +34,8 @@ def no_work(monkeypatch):
     ({"batch_size": "10"}, "batch_size='10' (a str); pass a positive integer"),
     ({"batch_size": 4.0}, "batch_size=4.0 (a float); pass a positive integer"),
     ({"devices": [2]}, "devices=[2] (a list); pass a positive integer"),
+    ({"devices": 0, "torch_devices": "auto"}, "compare: devices=0; pass a positive integer"),
+    ({"devices": -2, "torch_devices": "auto"}, "compare: devices=-2; pass a positive integer"),
     ({"torch_devices": "gpu"}, "torch_devices='gpu' is not supported; use one of auto, cpu, virtual, cuda"),
 ])
 def test_a_bad_argument_is_refused_before_any_work(no_work, kwargs, message):
