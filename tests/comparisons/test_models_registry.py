@@ -11,6 +11,7 @@ from _helpers_models import assert_models_agree
 from flax import linen as nn
 
 from comparisons import models
+from comparisons.errors import UsageTypeError
 from comparisons.models import ModelPair, flax_nets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +47,24 @@ def test_user_pair_is_registered_and_cannot_silently_shadow_another():
 def test_register_refuses_something_that_is_not_a_pair():
     with pytest.raises(TypeError, match="expected a ModelPair, got dict"):
         models.register({"name": "x"})
+
+
+@pytest.mark.parametrize("returned", [None, "Linear(6, 3)", {"fc": 1}, nn.Dense(3), lambda x: x])
+def test_build_refuses_a_make_torch_that_returns_no_torch_module(returned):
+    pair = replace(models.get("mlp"), name="not_torch", make_torch=lambda: returned)
+    with pytest.raises(UsageTypeError) as raised:
+        pair.build()
+    assert str(raised.value).startswith(f"ModelPair 'not_torch': make_torch() returned {returned!r} (a "
+                                        f"{type(returned).__name__}), not a torch.nn.Module")
+
+
+@pytest.mark.parametrize("returned", [None, "MLP", 3, object()])
+def test_build_refuses_a_make_flax_that_returns_no_flax_module(returned):
+    pair = replace(models.get("mlp"), name="not_flax", make_flax=lambda: returned)
+    with pytest.raises(UsageTypeError) as raised:
+        pair.build()
+    assert str(raised.value).startswith(f"ModelPair 'not_flax': make_flax() returned {returned!r} (a "
+                                        f"{type(returned).__name__}), not a flax.linen.Module")
 
 
 def build_and_inputs(name, seed=11, batch=4):
