@@ -7,13 +7,15 @@
 conversion rules transformers' layers need (GPT-2's Conv1D, ViT's bare cls_token and
 position_embeddings), translates `train` into Flax's `deterministic`, fills the attention mask and
 positions Flax's GPT-2 module takes as arguments, and declares what exists on one side only.
-Needs the `hf` extra (`pip install -e '.[hf]'`, transformers < 5: version 5 dropped the Flax models).
+Needs the `hf` extra (`pip install -e '.[hf]'`, or `.[dev]`, which includes it; transformers < 5:
+version 5 dropped the Flax models).
 Importing this module imports JAX (not torch nor transformers) to give it compare()'s CPU devices
 before transformers' Flax models start it (see `_reserve_cpu_devices`).
 """
 from __future__ import annotations
 
 import inspect
+import logging
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -90,6 +92,18 @@ def _reserve_cpu_devices(count: int = 8) -> None:
 
 
 _reserve_cpu_devices()
+
+# transformers 4.x logs this once per process when a Flax model is built (logger.warning_once, not
+# warnings.warn, so warnings.filterwarnings cannot reach it): the `hf` extra pins transformers < 5
+# on purpose, and the line says nothing about the comparison. Only this message of that logger.
+_FLAX_DEPRECATION = "TensorFlow and JAX classes are deprecated and will be removed in Transformers v5"
+
+
+def _drop_flax_deprecation(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_FLAX_DEPRECATION)
+
+
+logging.getLogger("transformers.modeling_flax_utils").addFilter(_drop_flax_deprecation)
 
 
 def flax_apply(flax_model: Any) -> FlaxApply:

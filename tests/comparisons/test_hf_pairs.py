@@ -180,3 +180,26 @@ def test_token_ids_beyond_the_models_vocabulary_are_refused_naming_vocab():
     torch_model, flax_model, _ = gpt2()  # vocab_size=40
     with pytest.raises(ComparisonError, match=r"vocab=41\) .* vocab_size=40; pass token_inputs\(vocab <= 40"):
         hf.pair("lm", torch_model, flax_model, make_inputs=hf.token_inputs(vocab=41, length=7))
+
+
+BUILD_FLAX_GPT2 = """
+import logging, transformers
+{before}
+config = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=40, n_positions=16)
+transformers.FlaxGPT2LMHeadModel(config, _do_init=False)
+logging.getLogger("transformers.modeling_flax_utils").warning("another warning of that logger")
+"""
+
+
+@pytest.mark.parametrize("before, shown", [("from comparisons import hf", False), ("", True)])
+def test_transformers_flax_deprecation_warning_is_filtered_once_comparisons_hf_is_imported(before, shown):
+    import subprocess
+    import sys
+
+    from _helpers_harness import ROOT
+
+    script = BUILD_FLAX_GPT2.format(before=before)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert ("TensorFlow and JAX classes are deprecated" in done.stderr) is shown  # without hf: the control
+    assert "another warning of that logger" in done.stderr  # only that one message is filtered
