@@ -49,22 +49,18 @@ def test_register_refuses_something_that_is_not_a_pair():
         models.register({"name": "x"})
 
 
-@pytest.mark.parametrize("returned", [None, "Linear(6, 3)", {"fc": 1}, nn.Dense(3), lambda x: x])
-def test_build_refuses_a_make_torch_that_returns_no_torch_module(returned):
-    pair = replace(models.get("mlp"), name="not_torch", make_torch=lambda: returned)
-    with pytest.raises(UsageTypeError) as raised:
-        pair.build()
-    assert str(raised.value).startswith(f"ModelPair 'not_torch': make_torch() returned {returned!r} (a "
-                                        f"{type(returned).__name__}), not a torch.nn.Module")
+NOT_MODULES = [("make_torch", value, "torch.nn.Module") for value in (None, "Linear(6, 3)", {"fc": 1}, nn.Dense(3),
+                                                                     lambda x: x)] + \
+              [("make_flax", value, "flax.linen.Module") for value in (None, "MLP", 3, object())]
 
 
-@pytest.mark.parametrize("returned", [None, "MLP", 3, object()])
-def test_build_refuses_a_make_flax_that_returns_no_flax_module(returned):
-    pair = replace(models.get("mlp"), name="not_flax", make_flax=lambda: returned)
+@pytest.mark.parametrize("function, returned, expected", NOT_MODULES)
+def test_build_refuses_a_make_function_that_returns_no_module(function, returned, expected):
+    pair = replace(models.get("mlp"), name="not_a_module", **{function: lambda: returned})
     with pytest.raises(UsageTypeError) as raised:
         pair.build()
-    assert str(raised.value).startswith(f"ModelPair 'not_flax': make_flax() returned {returned!r} (a "
-                                        f"{type(returned).__name__}), not a flax.linen.Module")
+    assert str(raised.value).startswith(f"ModelPair 'not_a_module': {function}() returned {returned!r} (a "
+                                        f"{type(returned).__name__}), not a {expected}")
 
 
 def build_and_inputs(name, seed=11, batch=4):
