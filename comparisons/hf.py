@@ -7,19 +7,23 @@
 conversion rules transformers' layers need (GPT-2's Conv1D, ViT's bare cls_token and
 position_embeddings), translates `train` into Flax's `deterministic`, fills the attention mask and
 positions Flax's GPT-2 module takes as arguments, and declares what exists on one side only.
-Needs the `hf` extra (`pip install -e '.[hf]'`, transformers < 5: version 5 dropped the Flax models).
+Needs the `hf` extra (`pip install -e '.[hf]'`, or `.[dev]`, which includes it; transformers < 5:
+version 5 dropped the Flax models).
 Importing this module imports JAX (not torch nor transformers) to give it compare()'s CPU devices
 before transformers' Flax models start it (see `_reserve_cpu_devices`).
 """
 from __future__ import annotations
 
 import inspect
+import logging
+import numbers
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from comparisons.convert import RULES, Rule, register_rule
+from comparisons.errors import ComparisonError, UsageTypeError
 from comparisons.models.derive import FlaxApply, pair_from_modules
 from comparisons.models.pair import ModelPair
 
@@ -89,6 +93,18 @@ def _reserve_cpu_devices(count: int = 8) -> None:
 
 _reserve_cpu_devices()
 
+# transformers 4.x logs this once per process when a Flax model is built (logger.warning_once, not
+# warnings.warn, so warnings.filterwarnings cannot reach it): the `hf` extra pins transformers < 5
+# on purpose, and the line says nothing about the comparison. Only this message of that logger.
+_FLAX_DEPRECATION = "TensorFlow and JAX classes are deprecated and will be removed in Transformers v5"
+
+
+def _drop_flax_deprecation(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_FLAX_DEPRECATION)
+
+
+logging.getLogger("transformers.modeling_flax_utils").addFilter(_drop_flax_deprecation)
+
 
 def flax_apply(flax_model: Any) -> FlaxApply:
     """A transformers Flax model (or its `.module`) as the harness calls it.
@@ -153,6 +169,7 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: Callable[
     Declares torch-only: the torch cache output (`past_key_values`; Flax returns none unless asked);
     known difference: Flax BatchNorm's biased running variance, when the pair has BatchNorm.
     """
+    _check_models(name, torch_model, flax_model, make_inputs)
     images = getattr(make_inputs, "layout", None) == "NCHW"
     has_bn = any("BatchNorm" in type(m).__name__ for m in torch_model.modules())
     declared = {"torch_only": ("past_key_values*",),
@@ -164,6 +181,32 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: Callable[
         loss_torch=loss_torch or cross_entropy_torch, loss_jax=loss_jax or cross_entropy_jax,
         variables=variables, to_flax_inputs=_nchw_to_nhwc if images else None,
         description=overrides.pop("description", f"transformers {type(torch_model).__name__}"), **overrides)
+
+
+def _check_models(name: str, torch_model: Any, flax_model: Any, make_inputs: Any) -> None:
+    """Refuse what is not a torch model, a Flax model or a make_inputs, and tokens the model cannot embed."""
+    import flax.linen as nn
+    import torch
+
+    where = f"hf.pair({name!r})"
+    if not isinstance(torch_model, torch.nn.Module):
+        raise UsageTypeError(f"{where}: torch_model={torch_model!r} is not a torch.nn.Module; pass the transformers "
+                             "torch model, e.g. GPT2LMHeadModel(config)")
+    if not isinstance(getattr(flax_model, "module", flax_model), nn.Module):
+        raise UsageTypeError(f"{where}: flax_model={flax_model!r} is not a transformers Flax model nor a "
+                             "flax.linen.Module; pass its Flax twin, e.g. FlaxGPT2LMHeadModel(config, _do_init=False)")
+    if not callable(make_inputs):
+        raise UsageTypeError(f"{where}: make_inputs={make_inputs!r} is not callable; pass (batch_size, seed, dtype) "
+                             "-> (inputs, targets), e.g. hf.token_inputs(vocab=50, length=7)")
+    config = getattr(torch_model, "config", None)
+    for argument, limit_name in (("length", "n_positions"), ("length", "max_position_embeddings"),
+                                 ("vocab", "vocab_size")):
+        value, limit = getattr(make_inputs, argument, None), getattr(config, limit_name, None)
+        if isinstance(value, int) and isinstance(limit, int) and value > limit:
+            what = f"tokens of length {value}" if argument == "length" else f"token ids up to {value - 1}"
+            raise ComparisonError(f"{where}: make_inputs=token_inputs({argument}={value}) makes {what}, but "
+                                  f"{type(torch_model).__name__}'s config has {limit_name}={limit}; pass "
+                                  f"token_inputs({argument} <= {limit}, ...)")
 
 
 def _logits(output: Any) -> Any:
@@ -188,15 +231,20 @@ def cross_entropy_jax(output: Any, labels: Any) -> Any:
 
 def token_inputs(vocab: int, length: int) -> Callable[[int, int, Any], tuple]:
     """make_inputs for a language model: token ids (B, length) and next-token-like labels (B, length)."""
+    _positive("token_inputs", vocab=vocab, length=length)
+
     def make(batch_size: int, seed: int, dtype: Any) -> tuple:
         rng = np.random.default_rng(seed)
         ids = rng.integers(0, vocab, (batch_size, length)).astype(np.int32)
         return (ids,), rng.integers(0, vocab, (batch_size, length)).astype(np.int32)
+    make.vocab, make.length = vocab, length  # type: ignore[attr-defined]  # hf.pair checks them against the config
     return make
 
 
 def image_inputs(channels: int, size: int, classes: int) -> Callable[[int, int, Any], tuple]:
     """make_inputs for an image classifier: NCHW pixels (B, channels, size, size) and labels (B,)."""
+    _positive("image_inputs", channels=channels, size=size, classes=classes)
+
     def make(batch_size: int, seed: int, dtype: Any) -> tuple:
         rng = np.random.default_rng(seed)
         pixels = rng.standard_normal((batch_size, channels, size, size)).astype(dtype)
@@ -207,3 +255,11 @@ def image_inputs(channels: int, size: int, classes: int) -> Callable[[int, int, 
 
 def _nchw_to_nhwc(inputs: tuple) -> tuple:
     return tuple(np.transpose(x, (0, 2, 3, 1)) for x in inputs)
+
+
+def _positive(function: str, **arguments: Any) -> None:
+    for argument, value in arguments.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            kind = "" if type(value) is int else f" (a {type(value).__name__})"
+            raise ComparisonError(f"hf.{function}: {argument}={value!r}{kind}; pass a positive integer, e.g. "
+                                  f"{function}({argument}=8, ...)")

@@ -26,6 +26,22 @@ def check_dim(dim: Any, who: str) -> int:
         ) from None
 
 
+def check_batch_size(batch_size: Any, who: str) -> int | None:
+    """`batch_size` as an int >= 0 (0: torch's empty chunks on every device) or None (no array to split)."""
+    if batch_size is None:
+        return None
+    try:
+        if isinstance(batch_size, bool):
+            raise TypeError
+        rows = operator.index(batch_size)
+    except TypeError:
+        raise UsageTypeError(f"{who}: batch_size={batch_size!r} is not an integer; pass the number of rows, "
+                             "e.g. batch_size=8 (None: no array to split)") from None
+    if rows < 0:
+        raise UsageError(f"{who}: batch_size={batch_size!r} is negative; pass the number of rows, an integer >= 0")
+    return rows
+
+
 def labelled_leaves(named_trees: dict[str, Any]) -> list[tuple[str, Any]]:
     """(label, leaf) for every leaf of the named trees, in flattening order: ("args[0]", x), ..."""
     return [(name + jax.tree_util.keystr(path), leaf)

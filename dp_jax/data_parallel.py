@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax
 
 from dp_jax import training
-from dp_jax._batch import check_dim
+from dp_jax._batch import check_batch_size, check_dim
 from dp_jax._caches import module_cache
 from dp_jax._devices import device_label, resolve_device, resolve_devices
 from dp_jax._errors import UsageError, UsageTypeError
@@ -154,7 +154,8 @@ class DataParallel:
         Returns the placed copies (a list per device for 'explicit'; for a mapped strategy one
         P()-replicated array per leaf over the devices).
         """
-        plan = self.plan(len(self.device_ids) if batch_size is None else batch_size)
+        rows = check_batch_size(batch_size, "DataParallel.place")
+        plan = self._plan(len(self.device_ids) if rows is None else rows)
         return place_variables(self.record, variables, plan, self.cache, self.axis_name or REPLICA_AXIS)
 
     def placed(self, variables: Any, *args: Any, **kwargs: Any) -> ReplicaPlacement:
@@ -177,6 +178,9 @@ class DataParallel:
 
     def plan(self, batch_size: int | None) -> ShardPlan:
         """The ShardPlan a batch of `batch_size` rows would get (devices, chunk sizes, how each replica runs)."""
+        return self._plan(check_batch_size(batch_size, "DataParallel.plan"))
+
+    def _plan(self, batch_size: int | None) -> ShardPlan:
         return plan_shards(batch_size, self.device_ids, self.strategy, self.uneven)
 
 

@@ -183,10 +183,14 @@ def train_step(tx: Any, loss_fn: Callable[..., Any], placement: Placement, has_a
     opt_state and collections are donated: pass each step the ones the last step returned. The arrays
     you pass that it did not return (the first step's, or params you replicated on the mesh yourself)
     are copied first, so they stay valid; an array an earlier step deleted is refused.
+    An optimizer whose update takes extra arguments (optax's GradientTransformationExtraArgs,
+    e.g. a chain ending in optax.contrib.reduce_on_plateau) gets the loss as `value=`.
     """
     import optax
 
     _check_transformation(tx)
+    # chain() passes extra arguments on to the transformations that take them; the others ignore them
+    takes_value = isinstance(tx, optax.GradientTransformationExtraArgs)
 
     def body(params, opt_state, collections, *batch):
         def loss_of(params):
@@ -194,7 +198,8 @@ def train_step(tx: Any, loss_fn: Callable[..., Any], placement: Placement, has_a
 
         value, grads = jax.value_and_grad(loss_of, has_aux=has_aux)(params)
         loss, updated = value if has_aux else (value, {})
-        updates, opt_state = tx.update(grads, opt_state, params)
+        extra = {"value": loss} if takes_value else {}
+        updates, opt_state = tx.update(grads, opt_state, params, **extra)
         return optax.apply_updates(params, updates), opt_state, {**collections, **updated}, loss
 
     return CompiledStep(body, 3, placement, donate=(0, 1, 2), name="DataParallel.train_step step")

@@ -214,6 +214,8 @@ def _list() -> int:
 
 def _run(settings: dict):
     devices = settings["devices"]
+    if devices < 1:  # before the torch kind: its own errors would blame --torch-devices
+        raise UsageError(f"--devices={devices}: pass a positive number of devices, e.g. --devices 4")
     settings["torch_devices"] = torch_kind(settings["torch_devices"], devices)
     if settings["torch_devices"] == "cuda":
         _check_cuda()

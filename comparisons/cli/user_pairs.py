@@ -10,6 +10,7 @@ Loading imports the user's module (and whatever it imports); nothing here import
 from __future__ import annotations
 
 import importlib
+import traceback
 from importlib import metadata
 from typing import Any
 
@@ -28,12 +29,28 @@ def import_module(name: str, given: str = "") -> Any:
 
     `given` is what the user wrote, for the message (default: `--import name`).
     """
+    given = given or f"--import {name}"
     try:
         return importlib.import_module(name)
     except ImportError as error:
-        raise UserPairError(f"{given or '--import ' + name}: cannot import {name} ({error}); put the folder "
+        raise UserPairError(f"{given}: cannot import {name} ({error}); put the folder "
                             "holding it on "
                             "PYTHONPATH (or run from that folder), or pip install its package") from None
+    except Exception as error:  # the user's module is broken: say where, not a traceback of ours
+        raise UserPairError(f"{given}: importing {name} failed: {type(error).__name__}: {_message(error)} "
+                            f"at {_where(error)}; fix the module") from None
+
+
+def _message(error: Exception) -> str:
+    return error.msg if isinstance(error, SyntaxError) else str(error)
+
+
+def _where(error: Exception) -> str:
+    """'file, line N': a syntax error's own position, else the innermost frame outside importlib's frozen code."""
+    if isinstance(error, SyntaxError):
+        return f"{error.filename}, line {error.lineno}"
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith("<")]
+    return f"{frames[-1].filename}, line {frames[-1].lineno}" if frames else "an unknown line"
 
 
 def load_pair(spec: str, flag: str = "--pair") -> ModelPair:

@@ -15,10 +15,10 @@ from typing import Any
 
 from comparisons.distributed.config import WorkerConfig, chunk_rows
 from comparisons.distributed.launcher import Launch
+from comparisons.distributed.ranks import SIDES
 from comparisons.errors import ComparisonError
 from comparisons.verdicts import ComparisonReport
 
-SIDES = ("torch", "jax")
 WORKERS = {"torch": "comparisons.distributed.torch_worker", "jax": "comparisons.distributed.jax_worker"}
 
 
@@ -70,6 +70,11 @@ def _config(pair: str, *, processes: int, devices: int, batch_size: int | None, 
                               f"built-in pairs only: {builtin}")
     for name, value in (("processes", processes), ("devices", devices), ("steps", steps)):
         _positive(name, value)
+    if isinstance(sides, str):  # it would iterate letter by letter
+        raise ComparisonError(f"compare_distributed: sides={sides!r} is one string; pass a tuple, sides=({sides!r},)")
+    if not hasattr(sides, "__iter__"):
+        raise ComparisonError(f"compare_distributed: sides={sides!r} is not a sequence of side names; pass one or "
+                              f"both of {SIDES}")
     unknown = [s for s in sides if s not in SIDES]
     if not sides or unknown:
         raise ComparisonError(f"compare_distributed: sides={list(sides)!r}; pass one or both of {SIDES}")

@@ -28,13 +28,14 @@ from typing import Any
 from comparisons.distributed.ranks import (
     LAUNCHER_PID_ENV,
     RESULT_DIR_ENV,
+    SIDES,
     LaunchError,
     RankResult,
     check_port_free,
     free_port,
     torch_env,
 )
-from comparisons.errors import UsageError
+from comparisons.errors import UsageError, UsageTypeError
 
 _POLL_S = 0.05
 _GRACE_S = 1.0
@@ -50,9 +51,9 @@ class Launch:
     Args:
       command: the worker's argv (e.g. [sys.executable, "-m", "comparisons.distributed.torch_worker", cfg]).
       processes: number of ranks P.
-      side: "torch" or "jax"; only for messages.
+      side: "torch" or "jax" (anything else is refused); only for messages.
       timeout: seconds for the whole run, start-up included.
-      port: MASTER_PORT; None picks a free one. A given port that is taken fails before any start.
+      port: MASTER_PORT, 1..65535; None picks a free one. A given port that is taken fails before any start.
       env: extra environment variables for every rank.
     """
 
@@ -62,6 +63,9 @@ class Launch:
             raise UsageError(f"Launch: processes={processes!r}; pass a positive integer")
         if not timeout > 0:
             raise UsageError(f"Launch: timeout={timeout!r}; pass a positive number of seconds")
+        if side not in SIDES:
+            raise UsageError(f"Launch: side={side!r}; pass 'torch' or 'jax' (the side named in every message)")
+        _check_port(port)
         self.command, self.processes, self.side, self.timeout = list(command), processes, side, timeout
         self.port, self.env = port, dict(env or {})
         self.procs: list[subprocess.Popen] = []
@@ -192,6 +196,17 @@ def launch(command: Sequence[str], processes: int, *, side: str, timeout: float 
     """
     with Launch(command, processes, side=side, timeout=timeout, port=port, env=env) as run:
         return run.wait()
+
+
+def _check_port(port: Any) -> None:
+    """None, or a TCP port a rank can listen on: 0 would make each rank pick its own, and no rendezvous."""
+    if port is None:
+        return
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise UsageTypeError(f"Launch: port={port!r} is not an integer; pass a TCP port 1..65535, or port=None "
+                             "for a free one")
+    if not 1 <= port <= 65535:
+        raise UsageError(f"Launch: port={port}; pass a TCP port 1..65535, or port=None for a free one")
 
 
 def _remove_orphaned_folders() -> None:

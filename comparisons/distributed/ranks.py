@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+SIDES = ("torch", "jax")  # what a multi-process run runs; a launch names its side in every message
 RESULT_DIR_ENV = "DP_COMPARE_RESULT_DIR"
 LAUNCHER_PID_ENV = "DP_COMPARE_LAUNCHER_PID"  # lets a test find every rank a process started
 

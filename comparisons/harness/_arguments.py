@@ -6,6 +6,7 @@ Nothing here imports torch or JAX.
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -49,3 +50,62 @@ def strategy_names(value: Any) -> Any:
         raise ComparisonError(f"compare: strategies={value!r} is not a list of names; pass e.g. "
                               "strategies=['explicit'], or None for every strategy that applies")
     return value
+
+
+PROBE_BATCHES = (2, 4)  # make_inputs runs at these to measure a row; larger batches are extrapolated
+
+
+def fits_in_memory(pair: Any, config: Any) -> None:
+    """Refuse a batch whose inputs alone exceed this machine's memory, before numpy's allocator dies on it.
+
+    Costs two calls of pair.make_inputs at batches 2 and 4 (host arrays), when config.batch_size is larger.
+    The run holds more than the inputs (copies, activations): this catches only what cannot fit at all.
+    """
+    memory = _physical_memory()
+    if memory is None or config.batch_size <= PROBE_BATCHES[-1]:
+        return
+    import numpy as np
+
+    try:
+        small, large = (_nbytes(pair.make_inputs(batch, config.seed, np.dtype(config.dtype)))
+                        for batch in PROBE_BATCHES)
+    except Exception:  # noqa: BLE001 (a broken make_inputs is reported by the real call, with its own checks)
+        return
+    per_row = (large - small) / (PROBE_BATCHES[1] - PROBE_BATCHES[0])
+    fixed = small - per_row * PROBE_BATCHES[0]
+    needed = fixed + per_row * config.batch_size
+    if per_row > 0 and needed > memory:
+        largest = int((memory - fixed) // per_row)
+        raise ComparisonError(f"compare: batch_size={config.batch_size}: the inputs of pair {pair.name!r} alone need "
+                              f"{_size(needed)} ({_size(per_row)} a row, measured by make_inputs at batches "
+                              f"{PROBE_BATCHES[0]} and {PROBE_BATCHES[1]}), more than this machine's "
+                              f"{_size(memory)} of memory; pass batch_size <= {largest} (the run itself needs "
+                              "several times the inputs)")
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # not a POSIX system: no check
+        return None
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of the arrays in make_inputs' (inputs, targets): nested tuples, lists and dicts of arrays.
+
+    Walked by hand: this module imports neither torch nor JAX (their tree utilities).
+    """
+    if isinstance(value, dict):
+        return sum(_nbytes(child) for child in value.values())
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(child) for child in value)
+    return int(getattr(value, "nbytes", 0))
+
+
+def _size(n: float) -> str:
+    """Bytes for a person: '89 B', '8.7 TiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

@@ -78,6 +78,7 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
         raise ComparisonError(f"compare: padding={padding!r} is not a bool; pass True to measure what padding "
                               "the last chunk would change, or False")
     chosen = _strategies(check.strategy_names(strategies), pair, config.batch_size, devices)
+    check.fits_in_memory(pair, config)
     jax_list = jax_devices(devices)
     kind = torch_kind(torch_devices, devices)
     if torch_devices == "auto" and kind == "virtual":

@@ -146,8 +146,11 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
         convert `torch_module`'s weights with the derived mapping.
       flax_path: hook(torch module name) -> Flax path for modules whose names differ.
       torch_only / flax_only / known_differences: declarations added to the derived ones (see ModelPair).
+      description: for `comparisons list`; default "torch <torch class> -> Flax <Flax class>".
     Costs one trace of the Flax init (`jax.eval_shape`, no compile) when `variables` is None.
     """
+    description = description or (f"torch {type(torch_module).__name__} -> "
+                                   f"Flax {type(getattr(flax_model, 'module', flax_model)).__name__}")
     pair = ModelPair(name=name, make_torch=lambda: copy.deepcopy(torch_module), make_flax=lambda: flax_model,
                      mapping=(), make_inputs=make_inputs, loss_torch=loss_torch, loss_jax=loss_jax,
                      **({"to_flax_inputs": to_flax_inputs} if to_flax_inputs is not None else {}),

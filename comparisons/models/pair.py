@@ -84,13 +84,23 @@ class ModelPair:
 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            torch_module = self.make_torch().to(torch.float64 if np.dtype(dtype) == np.float64
-                                                else torch.float32)
+            torch_module = self.make_torch()
+            self._check_made("make_torch", torch_module, isinstance(torch_module, torch.nn.Module),
+                             "torch.nn.Module; return the torch model, e.g. make_torch=lambda: MyNet()")
+            torch_module = torch_module.to(torch.float64 if np.dtype(dtype) == np.float64 else torch.float32)
         flax_module = self.make_flax()
+        self._check_made("make_flax", flax_module, callable(getattr(flax_module, "init", None))
+                         and callable(getattr(flax_module, "apply", None)),
+                         "flax.linen.Module (nor a FlaxApply); return the Flax model, e.g. make_flax=lambda: MyNet()")
         if self.variables is not None:
             return torch_module, flax_module, given_variables(self.variables, dtype)
         variables = self.torch_to_flax(torch_module.state_dict(), like=self.flax_shapes(flax_module))
         return torch_module, flax_module, variables
+
+    def _check_made(self, function: str, made: Any, ok: bool, expected: str) -> None:
+        if not ok:
+            raise UsageTypeError(f"ModelPair {self.name!r}: {function}() returned {made!r} (a {type(made).__name__}), "
+                                 f"not a {expected}")
 
     def flax_shapes(self, flax_module: Any) -> dict:
         """Shapes of the Flax module's variables, from `jax.eval_shape` of its init (no compile)."""

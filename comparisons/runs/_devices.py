@@ -16,12 +16,13 @@ MAX_VIRTUAL = 64  # dp_torch.virtual.install's limit
 
 
 def torch_kind(kind: str, n: int) -> str:
-    """'auto' -> 'cuda' when torch sees `n` GPUs, else 'virtual'; any other kind is kept."""
+    """'auto' -> 'cuda' when torch sees `n` >= 1 GPUs, else 'virtual'; any other kind is kept."""
     if kind != "auto":
         return kind
     import torch
 
-    return "cuda" if torch.cuda.device_count() >= n else "virtual"
+    # n < 1 is refused by the caller's own check, which must not find 'cuda' first (0 GPUs >= 0 devices)
+    return "cuda" if n >= 1 and torch.cuda.device_count() >= n else "virtual"
 
 
 def install_virtual(n: int, argument: str = "compare: devices", cpu_fix: str = "torch_devices='cpu'") -> None:

@@ -65,6 +65,24 @@ def test_bad_input_exits_2_with_the_error_and_no_traceback(args, message):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("devices", ["0", "-2", "-1"])
+def test_a_device_count_below_one_names_devices_not_the_torch_kind(devices):
+    result = run_cli("run", "--model", "mlp", "--devices", devices, "--steps", "1")
+    assert result.returncode == 2, result.stderr
+    assert f"--devices={devices}: pass a positive number of devices, e.g. --devices 4" in result.stderr
+    assert "--torch-devices" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("devices", [0, -2])
+def test_torch_kind_auto_never_takes_cuda_for_fewer_than_one_device(monkeypatch, devices):
+    import torch
+
+    from comparisons.runs import torch_kind
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert torch_kind("auto", devices) == "virtual"
+
+
 @pytest.mark.slow
 def test_run_with_virtual_torch_devices_places_replicas_on_vdev(tmp_path):
     result = run_cli("run", "--model", "cnn_bn", "--devices", "3", "--batch", "7", "--steps", "1",

@@ -91,6 +91,41 @@ def test_a_bad_pair_spec_names_the_flag_value_and_fix(user_folder, monkeypatch, 
     assert message in str(raised.value)
 
 
+BROKEN_MODULES = {  # name: (source, the line named, what the message says happened)
+    "missing_paren": ("import math\nx = (\n", 2, "SyntaxError"),
+    "bad_indent": ("def f():\n    return 1\n      y = 2\n", 3, "IndentationError"),
+    "divides_by_zero": ("A = 1\nB = 2\nC = A / 0\n", 3, "ZeroDivisionError: division by zero"),
+    "raises_in_a_function": ("def check():\n    raise RuntimeError('no GPU here')\n\ncheck()\n", 2,
+                             "RuntimeError: no GPU here"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_MODULES))
+@pytest.mark.parametrize("flag", ["--import", "--pair"])
+def test_a_module_that_fails_at_import_is_named_with_its_file_and_line(tmp_path, monkeypatch, name, flag):
+    from comparisons.cli import user_pairs
+
+    source, line, what = BROKEN_MODULES[name]
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(user_pairs.UserPairError) as raised:
+        user_pairs.import_module(name) if flag == "--import" else user_pairs.load_pair(f"{name}:PAIR")
+    message = str(raised.value)
+    given = f"--import {name}" if flag == "--import" else f"--pair {name}:PAIR"
+    assert message.startswith(f"{given}: importing {name} failed: {what}")
+    assert f"{tmp_path / name}.py, line {line}" in message and "fix the module" in message
+
+
+@pytest.mark.parametrize("command", [["list", "--import", "divides_by_zero"],
+                                     ["run", "--pair", "missing_paren:PAIR"]])
+def test_the_cli_exits_2_without_a_traceback_for_a_module_that_fails_at_import(tmp_path, command):
+    for name in ("divides_by_zero", "missing_paren"):
+        (tmp_path / f"{name}.py").write_text(BROKEN_MODULES[name][0])
+    result = run_cli(*command, pythonpath=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and f"{tmp_path / command[-1].split(':')[0]}.py, line" in result.stderr
+
+
 @pytest.mark.parametrize("pair", ["SLOW", "BUSY"])  # sleeping; collecting JAX garbage
 def test_ctrl_c_during_a_comparison_exits_130_with_one_line_and_no_file(user_folder, tmp_path, pair):
     marker, out = tmp_path / "started", tmp_path / "report.json"

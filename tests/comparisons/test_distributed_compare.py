@@ -116,6 +116,19 @@ def test_bad_arguments_are_refused_before_any_process_starts(kwargs, words):
         compare_distributed(settings.pop("pair"), **settings)
 
 
+@pytest.mark.parametrize("sides, words", [
+    ("torch", "sides='torch' is one string; pass a tuple, sides=('torch',)"),
+    ("jax", "sides='jax' is one string; pass a tuple, sides=('jax',)"),
+    ("torch,jax", "sides='torch,jax' is one string"),
+    (3, "sides=3 is not a sequence of side names"),
+    ((), "sides=[]; pass one or both of ('torch', 'jax')"),
+])
+def test_sides_must_be_a_sequence_of_names_not_one_string(sides, words):
+    with pytest.raises(ComparisonError) as raised:
+        compare_distributed("cnn_bn", processes=2, devices=2, sides=sides)
+    assert words in str(raised.value) and "['t', " not in str(raised.value)
+
+
 def test_cli_refuses_a_batch_the_mesh_cannot_split_and_explains_the_flag():
     done = run_cli("run", "--processes", "2", "--devices", "2", "--model", "cnn_bn", "--batch", "10", timeout=120)
     assert done.returncode == 2 and "multiple of 4" in done.stderr

@@ -25,6 +25,7 @@ from _helpers_distributed import (
 from _helpers_signals import interruptible
 
 from comparisons.distributed import Launch, LaunchError, launch
+from comparisons.errors import UsageError, UsageTypeError
 
 
 def test_each_rank_gets_torchruns_environment_and_its_result_comes_back_by_rank():
@@ -77,6 +78,24 @@ def test_a_taken_port_is_refused_before_any_rank_starts():
         with pytest.raises(LaunchError, match=f"port={port} on 127.0.0.1 is taken"):
             run.start()
     assert run.procs == []
+
+
+@pytest.mark.parametrize("side", ["tf", "Torch", "", None])
+def test_a_side_that_is_not_torch_or_jax_is_refused_before_any_rank_starts(side):
+    with pytest.raises(UsageError, match=f"Launch: side={side!r}; pass 'torch' or 'jax'"):
+        launch([*WORKERS, "sleep"], 2, side=side, timeout=2)  # unrefused, the sleeping ranks time out
+
+
+@pytest.mark.parametrize("port", [70000, 65536, 0, -1])
+def test_a_port_out_of_range_is_refused_naming_port(port):
+    with pytest.raises(UsageError, match=f"Launch: port={port}; pass a TCP port 1..65535, or port=None"):
+        launch([*WORKERS, "sleep"], 2, side="torch", port=port, timeout=2)
+
+
+@pytest.mark.parametrize("port", ["29500", 29500.0, True])
+def test_a_port_that_is_not_an_integer_is_a_usage_type_error(port):
+    with pytest.raises(UsageTypeError, match=f"Launch: port={port!r} is not an integer"):
+        Launch([*WORKERS, "sleep"], 2, side="jax", port=port)
 
 
 LAUNCHER = """

@@ -34,6 +34,8 @@ def no_work(monkeypatch):
     ({"batch_size": "10"}, "batch_size='10' (a str); pass a positive integer"),
     ({"batch_size": 4.0}, "batch_size=4.0 (a float); pass a positive integer"),
     ({"devices": [2]}, "devices=[2] (a list); pass a positive integer"),
+    ({"devices": 0, "torch_devices": "auto"}, "compare: devices=0; pass a positive integer"),
+    ({"devices": -2, "torch_devices": "auto"}, "compare: devices=-2; pass a positive integer"),
     ({"torch_devices": "gpu"}, "torch_devices='gpu' is not supported; use one of auto, cpu, virtual, cuda"),
 ])
 def test_a_bad_argument_is_refused_before_any_work(no_work, kwargs, message):
@@ -41,6 +43,48 @@ def test_a_bad_argument_is_refused_before_any_work(no_work, kwargs, message):
     with pytest.raises(ComparisonError) as raised:
         harness.compare("mlp", **settings)
     assert message in str(raised.value)
+
+
+def machine_memory() -> int:
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def bytes_per_row(pair: str, dtype: str = "float32") -> float:
+    """Measured here at batches 8 and 16, apart from the harness's own probe."""
+    def size(batch):
+        inputs, targets = models.get(pair).make_inputs(batch, 0, np.dtype(dtype))
+        return sum(np.asarray(x).nbytes for x in (*inputs, targets))
+    return (size(16) - size(8)) / 8
+
+
+@pytest.mark.parametrize("pair, batch_size, dtype", [("mlp", 99999999999, "float32"), ("cnn_bn", 2**40, "float64"),
+                                                     ("transformer_block", 10**12, "float32"),
+                                                     ("embedding_lstm", 3 * 10**11, "float32")])
+def test_a_batch_whose_inputs_exceed_the_machine_memory_is_refused_naming_what_it_needs(no_work, pair, batch_size,
+                                                                                         dtype):
+    with pytest.raises(ComparisonError) as raised:
+        harness.compare(pair, batch_size=batch_size, devices=2, steps=1, dtype=dtype, torch_devices="cpu")
+    message = str(raised.value)
+    assert message.startswith(f"compare: batch_size={batch_size}: the inputs of pair {pair!r} alone need ")
+    assert "more than this machine's" in message
+    largest = int(message.rsplit("pass batch_size <= ", 1)[1].split()[0].rstrip(","))
+    per_row = bytes_per_row(pair, dtype)
+    assert largest * per_row <= machine_memory() < (largest + 8) * per_row  # within a few rows of the limit
+
+
+@pytest.mark.parametrize("pair", ["mlp", "cnn_bn"])
+def test_a_large_batch_that_fits_in_memory_is_not_refused(no_work, pair):
+    batch_size = int(machine_memory() / bytes_per_row(pair) / 50)  # 2 % of the memory
+    with pytest.raises(AssertionError, match="started working"):
+        harness.compare(pair, batch_size=batch_size, devices=2, steps=1, torch_devices="cpu")
+
+
+def test_the_cli_refuses_a_batch_too_large_for_memory_with_exit_2():
+    result = subprocess.run([sys.executable, "-m", "comparisons", "run", "--model", "mlp", "--batch", "99999999999"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "batch_size=99999999999: the inputs of pair 'mlp' alone need" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_numpy_integers_count_as_integers(no_work):

@@ -15,7 +15,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 transformers = pytest.importorskip("transformers", reason="needs the hf extra: pip install -e '.[hf]'")
 torch = pytest.importorskip("torch")
 
-from comparisons import compare, hf, placement_of  # noqa: E402
+from comparisons import ComparisonError, UsageError, compare, hf, placement_of  # noqa: E402
+from comparisons.errors import UsageTypeError  # noqa: E402
 
 SMALL = dict(batch_size=5, devices=2, strategies=["explicit"], steps=1, torch_devices="cpu")
 
@@ -128,3 +129,77 @@ def test_gpt2_with_its_cache_is_gathered_and_the_cache_listed_torch_only():
     assert "past_key_values.1.1" in next(note for note in report.notes if note.startswith("torch-only"))
     torch_dp_vs_single = next(c for c in report.checks if c.subject == "outputs" and c.compared == "torch DP vs single")
     assert torch_dp_vs_single.passed  # the gathered cache equals the chunked reference's, leaf by leaf
+
+
+def gpt_neo():
+    config = transformers.GPTNeoConfig(hidden_size=16, num_layers=2, attention_types=[[["global", "local"], 1]],
+                                       num_heads=2, vocab_size=30, max_position_embeddings=8, window_size=4)
+    torch.manual_seed(3)
+    return transformers.GPTNeoForCausalLM(config), transformers.FlaxGPTNeoForCausalLM(config, _do_init=False)
+
+
+@pytest.mark.parametrize("missing", ["torch_model", "flax_model", "make_inputs"])
+@pytest.mark.parametrize("value", [None, "gpt2", 3])
+def test_hf_pair_names_the_argument_that_is_not_a_model(missing, value):
+    torch_model, flax_model, inputs = gpt2()
+    arguments = {"torch_model": torch_model, "flax_model": flax_model, "make_inputs": inputs} | {missing: value}
+    with pytest.raises(UsageTypeError) as raised:
+        hf.pair("gpt2-tiny", arguments["torch_model"], arguments["flax_model"], make_inputs=arguments["make_inputs"])
+    assert str(raised.value).startswith(f"hf.pair('gpt2-tiny'): {missing}={value!r} ")
+
+
+@pytest.mark.parametrize("make", [hf.token_inputs, hf.image_inputs])
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "7", None, True])
+def test_input_makers_name_the_argument_that_is_not_a_positive_integer(make, bad):
+    names = ("vocab", "length") if make is hf.token_inputs else ("channels", "size", "classes")
+    for argument in names:
+        values = dict.fromkeys(names, 4) | {argument: bad}
+        with pytest.raises(UsageError) as raised:
+            make(**values)
+        assert str(raised.value).startswith(f"hf.{make.__name__}: {argument}={bad!r}")
+        assert "pass a positive integer" in str(raised.value)
+
+
+@pytest.mark.parametrize("build, limit_name, length", [("gpt2", "n_positions", 17), ("gpt2", "n_positions", 40),
+                                                        ("gpt_neo", "max_position_embeddings", 9)])
+def test_a_token_length_over_the_models_positions_names_length_and_the_limit(build, limit_name, length):
+    if build == "gpt2":
+        torch_model, flax_model, _ = gpt2()
+        vocab = 40
+    else:
+        (torch_model, flax_model), vocab = gpt_neo(), 30
+    limit = getattr(torch_model.config, limit_name)
+    with pytest.raises(ComparisonError) as raised:
+        hf.pair("lm", torch_model, flax_model, make_inputs=hf.token_inputs(vocab=vocab, length=length))
+    assert f"length {length}" in str(raised.value) and f"{limit_name}={limit}" in str(raised.value)
+    assert f"length <= {limit}" in str(raised.value)
+    hf.pair("lm", torch_model, flax_model, make_inputs=hf.token_inputs(vocab=vocab, length=limit))  # the limit is fine
+
+
+def test_token_ids_beyond_the_models_vocabulary_are_refused_naming_vocab():
+    torch_model, flax_model, _ = gpt2()  # vocab_size=40
+    with pytest.raises(ComparisonError, match=r"vocab=41\) .* vocab_size=40; pass token_inputs\(vocab <= 40"):
+        hf.pair("lm", torch_model, flax_model, make_inputs=hf.token_inputs(vocab=41, length=7))
+
+
+BUILD_FLAX_GPT2 = """
+import logging, transformers
+{before}
+config = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=40, n_positions=16)
+transformers.FlaxGPT2LMHeadModel(config, _do_init=False)
+logging.getLogger("transformers.modeling_flax_utils").warning("another warning of that logger")
+"""
+
+
+@pytest.mark.parametrize("before, shown", [("from comparisons import hf", False), ("", True)])
+def test_transformers_flax_deprecation_warning_is_filtered_once_comparisons_hf_is_imported(before, shown):
+    import subprocess
+    import sys
+
+    from _helpers_harness import ROOT
+
+    script = BUILD_FLAX_GPT2.format(before=before)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert ("TensorFlow and JAX classes are deprecated" in done.stderr) is shown  # without hf: the control
+    assert "another warning of that logger" in done.stderr  # only that one message is filtered

@@ -11,6 +11,7 @@ from _helpers_models import assert_models_agree
 from flax import linen as nn
 
 from comparisons import models
+from comparisons.errors import UsageTypeError
 from comparisons.models import ModelPair, flax_nets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +47,20 @@ def test_user_pair_is_registered_and_cannot_silently_shadow_another():
 def test_register_refuses_something_that_is_not_a_pair():
     with pytest.raises(TypeError, match="expected a ModelPair, got dict"):
         models.register({"name": "x"})
+
+
+NOT_MODULES = [("make_torch", value, "torch.nn.Module") for value in (None, "Linear(6, 3)", {"fc": 1}, nn.Dense(3),
+                                                                     lambda x: x)] + \
+              [("make_flax", value, "flax.linen.Module") for value in (None, "MLP", 3, object())]
+
+
+@pytest.mark.parametrize("function, returned, expected", NOT_MODULES)
+def test_build_refuses_a_make_function_that_returns_no_module(function, returned, expected):
+    pair = replace(models.get("mlp"), name="not_a_module", **{function: lambda: returned})
+    with pytest.raises(UsageTypeError) as raised:
+        pair.build()
+    assert str(raised.value).startswith(f"ModelPair 'not_a_module': {function}() returned {returned!r} (a "
+                                        f"{type(returned).__name__}), not a {expected}")
 
 
 def build_and_inputs(name, seed=11, batch=4):

@@ -63,6 +63,26 @@ def make_pair(spare=False, use_spare=False, biased_bn=False, flax_momentum=0.9, 
                              **kwargs)
 
 
+@pytest.mark.parametrize("flax_model", [FlaxNet(), FlaxApply(FlaxNet())])
+def test_a_derived_pair_is_described_by_its_two_classes_unless_told(flax_model, capsys):
+    from comparisons import cli, models
+
+    torch.manual_seed(1)
+    pair = pair_from_modules("described_net", TorchNet(), flax_model, make_inputs=features,
+                             loss_torch=cross_entropy_torch, loss_jax=cross_entropy_jax)
+    assert pair.description == "torch TorchNet -> Flax FlaxNet"
+    told = pair_from_modules("told_net", TorchNet(), flax_model, make_inputs=features, loss_torch=cross_entropy_torch,
+                             loss_jax=cross_entropy_jax, description="my port")
+    assert told.description == "my port"
+    models.register(pair, replace=True)
+    try:
+        assert cli.main(["list"]) == 0
+        line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("described_net"))
+        assert line.split(None, 1)[1] == "torch TorchNet -> Flax FlaxNet"  # not blank in `comparisons list`
+    finally:
+        models.pair._REGISTRY.pop("described_net", None)
+
+
 def test_mapping_is_derived_by_path_with_kinds_from_module_classes():
     pair = make_pair()
     assert list(pair.mapping) == [Layer("linear", "fc1", "fc1"), Layer("batchnorm", "bn", "bn"),

@@ -91,3 +91,30 @@ def test_parallel_apply_rebuilds_an_error_whose_constructor_takes_other_argument
         dp_jax.parallel_apply(apply_fn, [{}, {}], chunks, devices=[0, 1])
     assert str(raised.value).startswith("Caught NeedsTwoArguments in replica 1 on device cpu:1.")
     assert "code 7: short chunk" in str(raised.value) and raised.value.code == 7
+
+
+@pytest.mark.parametrize("method", ["plan", "place"])
+@pytest.mark.parametrize("bad", [-1, -5, np.int64(-2)])
+def test_a_negative_batch_size_is_refused_naming_batch_size(method, bad):
+    dp = dp_jax.DataParallel(Wide(), jax.devices()[:4])
+    variables = Wide().init(jax.random.PRNGKey(0), jnp.ones((1, 2)))
+    with pytest.raises(dp_jax.UsageError) as raised:
+        dp.plan(bad) if method == "plan" else dp.place(variables, bad)
+    assert f"batch_size={bad!r} is negative; pass the number of rows, an integer >= 0" in str(raised.value)
+
+
+@pytest.mark.parametrize("bad", ["5", 2.5, True, [4], np.float32(3.0)])
+def test_a_batch_size_that_is_not_an_integer_is_a_usage_type_error(bad):
+    with pytest.raises(dp_jax.UsageTypeError) as raised:
+        dp_jax.DataParallel(Wide(), jax.devices()[:4], strategy="pmap").plan(bad)
+    assert str(raised.value).startswith(f"DataParallel.plan: batch_size={bad!r} is not an integer")
+
+
+@pytest.mark.parametrize("batch_size, sizes", [(0, (0, 0, 0, 0)), (np.int32(5), (2, 2, 1)), (None, ())])
+def test_batch_sizes_apply_takes_are_planned_as_apply_plans_them(batch_size, sizes):
+    plan = dp_jax.DataParallel(Wide(), jax.devices()[:4]).plan(batch_size)
+    assert plan.chunk_sizes == sizes and plan.batch_size == batch_size
+    if batch_size is not None:  # apply on that many rows makes the same plan
+        dp = dp_jax.DataParallel(Wide(), jax.devices()[:4])
+        dp.apply(Wide().init(jax.random.PRNGKey(0), jnp.ones((1, 2))), jnp.ones((int(batch_size), 2)))
+        assert dp.last_plan.chunk_sizes == sizes

@@ -258,6 +258,34 @@ def test_a_repeated_step_compiles_nothing_and_a_new_shape_compiles_once():
     assert step.compiles() == 2 and counter.count == 1
 
 
+def plateau_after_sgd():
+    """sgd, then a scale that halves whenever the loss has not fallen by 90 %: it needs update(..., value=loss)."""
+    from optax.contrib import reduce_on_plateau
+
+    return optax.chain(optax.sgd(0.1), reduce_on_plateau(factor=0.5, patience=1, rtol=0.9, accumulation_size=1))
+
+
+@pytest.mark.parametrize("strategy, batch", [("shard_map", 11), ("pmap", 8), ("sharded", 5)])
+def test_train_step_passes_the_loss_as_value_to_an_optimizer_that_takes_it(strategy, batch):
+    model, variables, x = make("mlp", batch, seed=21)
+    y = np.random.default_rng(22).normal(size=(batch, 4)).astype(np.float32)
+    tx = plateau_after_sgd()
+    dp = dp_jax.DataParallel(model, devices(N), strategy=strategy)
+    step = dp.train_step(tx, lambda v, x, y: jnp.mean((dp.apply(v, x) - y) ** 2))
+    params = variables["params"]
+    state = [params, tx.init(params), {}]
+    expected_params, expected_state = params, tx.init(params)  # one device, the whole batch (a row-wise model)
+    for _ in range(4):
+        *state, loss = step(*state, x, y)
+        value, grads = jax.value_and_grad(lambda p: jnp.mean((model.apply({"params": p}, x) - y) ** 2))(
+            expected_params)
+        updates, expected_state = tx.update(grads, expected_state, expected_params, value=value)
+        expected_params = optax.apply_updates(expected_params, updates)
+    assert float(expected_state[1].scale) < 1  # the plateau was reached: the value mattered
+    close(state[1][1].scale, expected_state[1].scale)
+    close(state[0], expected_params, atol=1e-5)
+
+
 def test_errors_name_the_argument_and_the_fix():
     explicit = dp_jax.DataParallel(row_mixing, devices(N), strategy="explicit")
     with pytest.raises(ValueError, match="'shard_map'"):
