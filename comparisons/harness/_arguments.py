@@ -49,3 +49,13 @@ def strategy_names(value: Any) -> Any:
         raise ComparisonError(f"compare: strategies={value!r} is not a list of names; pass e.g. "
                               "strategies=['explicit'], or None for every strategy that applies")
     return value
+
+
+def tolerance(name: str, value: Any) -> float | None:
+    """None (the default for the dtype, or derived) or a finite number >= 0 (not a bool or a string)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0 or value == float("inf"):
+        raise ComparisonError(f"compare: {name}={value!r}{_type_of(value)}; pass a finite number >= 0, e.g. "
+                              f"{name}=1e-5, or None for the default")
+    return float(value)

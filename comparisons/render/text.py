@@ -18,6 +18,37 @@ def verdict(check: Check) -> str:
     return "PASS" if check.passed else "FAIL"
 
 
+def tolerance_words(report: ComparisonReport) -> str:
+    """Which tolerances judged the numbers and where each came from (default, the user's, derived)."""
+    tol = report.tolerance
+    if "rtol" not in tol:  # a record of bounds without sources (the distributed report)
+        return f"tolerance {tol['max_abs']:.0e} per leaf"
+    words = f"rtol {tol['rtol']:.0e} ({tol['rtol_source']}); atol " + (
+        f"{tol['atol']:.0e} ({tol['atol_source']})" if tol["atol"] is not None else tol["atol_source"])
+    if tol.get("float64_rtol") is not None:
+        words += (f"; float64 check: rtol {tol['float64_rtol']:.0e}, a torch-vs-JAX leaf that differs there is a "
+                  "port difference")
+    return words
+
+
+def worst_leaf(check: Check) -> str:
+    """The first failing leaf, else the passing leaf closest to its bound, as 'path |Δ| x (atol y)'."""
+    if not check.leaves:
+        return ""
+    failing = [leaf for leaf in check.leaves if not leaf.passed]
+    leaf = failing[0] if failing else max(
+        check.leaves, key=lambda x: (x.max_abs or 0.0) / x.atol if x.atol else (x.max_abs or 0.0))
+    figure = "—" if leaf.max_abs is None else f"{leaf.max_abs:.1e}"
+    bound = "" if leaf.atol is None or not leaf.passed else f" ≤ atol {leaf.atol:.0e}"
+    return f"{leaf.path} {figure}{bound}" + ("" if leaf.passed else f" {leaf.kind}")
+
+
+def leaf_lines(check: Check) -> list[str]:
+    """One line per failing leaf of `check`, with its cause: what the footers list under a failure."""
+    return [f"  - {leaf.message or leaf.path}" + (f" [{leaf.cause}]" if leaf.cause else "")
+            for leaf in check.leaves if not leaf.passed]
+
+
 def headline(report: ComparisonReport) -> str:
     return (f"{report.model}: batch {report.batch_size} on {report.devices} device(s) "
             f"(chunks {', '.join(map(str, report.chunk_sizes))}), {report.dtype}, "
@@ -46,7 +77,7 @@ def print_table(report: ComparisonReport, console: Any) -> None:
     """Prints the table to a rich `console` (with colour when it is a terminal)."""
     # Prose lines are never wrapped (soft_wrap): a title would wrap at the table's width, a line at the
     # console's, and a wrapped path or number no longer greps.
-    console.print(f"{headline(report)}; tolerance {report.tolerance['max_abs']:.0e}", markup=False, soft_wrap=True)
+    console.print(f"{headline(report)}; {tolerance_words(report)}", markup=False, soft_wrap=True)
     console.print(_rich_table(report))
     _print_footer(console, report)
 
@@ -60,10 +91,12 @@ def _rich_table(report: ComparisonReport):
     for column in ("max |Δ|", "rel ‖Δ‖"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
+    table.add_column("worst leaf", no_wrap=True)
     for check in report.checks:
         style = "green" if check.passed else "bold red"
         table.add_row(check.subject, check.compared, format_number(check.max_abs),
-                      format_number(check.rel_norm), f"[{style}]{verdict(check)}[/]")
+                      format_number(check.rel_norm), f"[{style}]{verdict(check)}[/]", worst_leaf(check),
+                      )
     return table
 
 
@@ -71,7 +104,10 @@ def _print_footer(console: Any, report: ComparisonReport) -> None:
     for note in report.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     for check in report.failures:
-        console.print(f"FAIL {check.subject} ({check.compared}): {check.detail}", markup=False, soft_wrap=True)
+        cause = f" [{check.cause}]" if check.cause else ""
+        console.print(f"FAIL {check.subject} ({check.compared}){cause}: {check.detail}", markup=False, soft_wrap=True)
+        for line in leaf_lines(check):
+            console.print(line, markup=False, soft_wrap=True)
     total, failed = len(report.checks), len(report.failures)
     summary = f"{total - failed}/{total} checks passed"
     console.print(f"[green]{summary}[/]" if report.ok else f"[bold red]{summary}[/]")
@@ -80,14 +116,17 @@ def _print_footer(console: Any, report: ComparisonReport) -> None:
 def to_markdown(report: ComparisonReport) -> str:
     """GitHub-flavoured Markdown: headline, tolerance, the check table, notes and details."""
     lines = [f"# dp-compare: {report.model}", "", headline(report) + ".", "",
-             f"Tolerance ({report.dtype}): max |Δ| ≤ {report.tolerance['max_abs']:.0e} or "
-             f"rel ‖Δ‖ ≤ {report.tolerance['rel_norm']:.0e}.", "",
-             "| check | compared | max \\|Δ\\| | rel ‖Δ‖ | verdict | detail |",
-             "|---|---|---:|---:|---|---|"]
+             f"Tolerance ({report.dtype}, each leaf on its own, |Δ| ≤ atol + rtol·|b|): {tolerance_words(report)}.", "",
+             "| check | compared | max \\|Δ\\| | rel ‖Δ‖ | verdict | worst leaf | detail |",
+             "|---|---|---:|---:|---|---|---|"]
     for check in report.checks:
         lines.append(f"| {check.subject} | {check.compared} | {format_number(check.max_abs)} | "
-                     f"{format_number(check.rel_norm)} | **{verdict(check)}** | "
+                     f"{format_number(check.rel_norm)} | **{verdict(check)}** | {worst_leaf(check)} | "
                      f"{check.detail.replace('|', '/')} |")
+    failing = [(check, leaf_lines(check)) for check in report.failures if check.leaves]
+    lines += [line for check, leaves in failing
+              for line in ["", f"Failing leaves of {check.subject} ({check.compared})"
+                           + (f", cause {check.cause}" if check.cause else "") + ":", *leaves]]
     lines += ["", *(f"- note: {note}" for note in report.notes), "",
               f"**{'OK' if report.ok else 'FAILED'}**: {len(report.checks) - len(report.failures)}"
               f"/{len(report.checks)} checks passed.", ""]
