@@ -185,6 +185,33 @@ class FlaxSum(nn.Module):
         return nn.Dense(3, name="fc2")(jnp.cumsum(h[:, ::-1], axis=1)[:, -1:])
 
 
+# --- an output the loss does not read: torch's probabilities are a softmax, the twin's a sigmoid ------------------
+
+class TorchHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        logits = self.head(x)
+        return {"logits": logits, "probs": torch.softmax(logits, dim=-1)}
+
+
+class FlaxHeads(nn.Module):
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        logits = nn.Dense(3, name="head")(x)
+        return {"logits": logits, "probs": jax.nn.sigmoid(logits)}
+
+
+def logits_mse_torch(out, y):
+    return mse_torch(out["logits"], y)
+
+
+def logits_mse_jax(out, y):
+    return mse_jax(out["logits"], y)
+
+
 TWINS = {  # name -> (torch class, Flax module, make_inputs)
     "layernorm_epsilon": (TorchNorm, FlaxNorm(), regression(3.0)),
     "gelu_tanh": (TorchGelu, FlaxGelu("tanh"), regression()),
@@ -192,6 +219,7 @@ TWINS = {  # name -> (torch class, Flax module, make_inputs)
     "hidden_column": (TorchColumns, FlaxColumns(), regression(outputs=2)),
     "conv_padding": (TorchConv, FlaxConv(), images),
     "batchnorm_momentum": (TorchBN, FlaxBN(), regression()),
+    "post_processing": (TorchHeads, FlaxHeads(), regression()),
     # honest twins
     "layernorm_same_epsilon": (TorchNorm, FlaxNorm(1e-5), regression(3.0)),
     "gelu_exact": (TorchGelu, FlaxGelu("exact"), regression()),
@@ -206,8 +234,10 @@ def make(name: str, seed: int = 0):
     """The twin `name` as a ModelPair, the torch weights drawn from `seed`."""
     torch_class, flax_module, make_inputs = TWINS[name]
     torch.manual_seed(seed)
-    return pair_from_modules(name, torch_class(), flax_module, make_inputs=make_inputs, loss_torch=mse_torch,
-                             loss_jax=mse_jax)
+    dict_output = torch_class is TorchHeads
+    return pair_from_modules(name, torch_class(), flax_module, make_inputs=make_inputs,
+                             loss_torch=logits_mse_torch if dict_output else mse_torch,
+                             loss_jax=logits_mse_jax if dict_output else mse_jax)
 
 
 # For `python -m comparisons run --pair _twins:LAYERNORM_EPSILON`.

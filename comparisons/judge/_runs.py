@@ -47,7 +47,7 @@ def judge_runs(pair: Any, runs: list[BackendRun], tol: float | Tolerance) -> lis
             if subject == "params_after_steps" and run.parameter_count != torch_run.parameter_count:
                 continue  # see parametrisation_note
             checks.append(_cross(pair, subject, torch_run, run, tol, rounding))
-    checks += _compiled_vs_eager(runs, tol)
+    checks = _where_next(checks) + _compiled_vs_eager(runs, tol)
     for run in runs[1:]:
         checks.append(Check("chunks", f"torch vs {run.label}", run.chunk_sizes == torch_run.chunk_sizes,
                             detail=f"chunk sizes {run.chunk_sizes} vs torch {torch_run.chunk_sizes}"))
@@ -56,6 +56,15 @@ def judge_runs(pair: Any, runs: list[BackendRun], tol: float | Tolerance) -> lis
     checks += [check_aliasing(run.placement, run.label) for run in runs
                if any(r.replica is not None and r.role == "param" for r in run.placement)]
     return checks + declared.checks(pair, runs, tol.rtol)
+
+
+def _where_next(checks: list[Check]) -> list[Check]:
+    """A failing torch-vs-JAX outputs check whose gradients all agree says where to look next."""
+    grads = {c.compared: c.passed for c in checks if c.subject == "gradients"}
+    return [dataclasses.replace(c, detail=c.detail + "; every parameter gradient agrees, so the forward differs "
+                                "where no parameter is: an activation or the output's post-processing after the "
+                                "last layer (compare each layer's output, torch against Flax, to find it)")
+            if c.subject == "outputs" and not c.passed and grads.get(c.compared) else c for c in checks]
 
 
 def _rounding(run: BackendRun, subject: str, reference: Float64Reference | None) -> dict[str, float] | None:

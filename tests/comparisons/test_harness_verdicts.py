@@ -70,6 +70,13 @@ def test_a_small_wrong_column_is_named_beside_a_large_one():
     assert ", 1] (" in leaf.message and "6 of 12 entries" in leaf.message  # only column 1, every row
 
 
+def test_an_output_that_differs_while_every_gradient_agrees_says_where_to_look_next():
+    report = compare(_twins.make("post_processing", 1), seed=1, **SMALL)
+    check, leaf = failing_leaf(report, "outputs", "probs")
+    assert leaf.cause == "port" and [x.path for x in check.leaves if not x.passed] == ["probs"]
+    assert "every parameter gradient agrees" in check.detail and "post-processing" in check.detail
+
+
 @pytest.mark.parametrize("name", HONEST)
 def test_an_honest_twin_passes(name):
     report = compare(_twins.make(name, 3), seed=3, **SMALL)
