@@ -95,7 +95,8 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     report = ComparisonReport(
         model=pair.name, batch_size=batch_size, devices=devices, chunk_sizes=[], strategies=chosen,
         steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=kind,
-        tolerance=_tolerance_record(dtype, precision, rtol, atol), precision=precision,
+        tolerance=_tolerance_record(dtype, precision, rtol, atol),
+        precision="float64" if dtype == "float64" else precision,
         notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
     total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
     tick = (lambda label: progress(label, total)) if progress else (lambda label: None)

@@ -77,6 +77,26 @@ def test_an_output_that_differs_while_every_gradient_agrees_says_where_to_look_n
     assert "every parameter gradient agrees" in check.detail and "post-processing" in check.detail
 
 
+def test_a_flax_layer_without_the_torch_bias_is_named_with_use_bias():
+    import flax.linen as nn
+    import torch
+
+    from comparisons import ComparisonError
+    from comparisons.models import pair_from_modules
+
+    class NoBias(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            h = nn.Conv(4, (3, 3), padding="CIRCULAR", use_bias=False, name="conv")(x.transpose(0, 2, 3, 1))
+            return nn.Dense(3, name="fc")(h.mean(axis=(1, 2)))
+
+    torch.manual_seed(0)
+    with pytest.raises(ComparisonError, match=r"the Flax `conv` has no bias: use_bias=False\?"):
+        pair = pair_from_modules("no_bias", _twins.TorchConv(), NoBias(), make_inputs=_twins.images,
+                                 loss_torch=_twins.mse_torch, loss_jax=_twins.mse_jax)
+        compare(pair, **SMALL)
+
+
 @pytest.mark.parametrize("name", HONEST)
 def test_an_honest_twin_passes(name):
     report = compare(_twins.make(name, 3), seed=3, **SMALL)
