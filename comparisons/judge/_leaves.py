@@ -75,9 +75,8 @@ def _structure(path: str, actual: np.ndarray, expected: np.ndarray, sides: tuple
 
 def _zero_on_one_side(path: str, a: np.ndarray, b: np.ndarray, atol: float, sides: tuple[str, str]) -> str | None:
     """Words for a leaf exactly zero on one side while the other is beyond its rounding bound, else None."""
-    for zero_side, other, other_side in ((a, b, sides[1]), (b, a, sides[0])):
+    for zero, other, zero_side, other_side in ((a, b, *sides), (b, a, *reversed(sides))):
         peak = float(np.abs(other).max(initial=0.0))
-        if not np.any(zero_side) and peak > atol:
-            side = sides[0] if zero_side is a else sides[1]
-            return (f"`{path}` is exactly zero in {side} but not in {other_side} (|x| up to {peak:.3g})")
+        if not np.any(zero) and peak > atol:
+            return f"`{path}` is exactly zero in {zero_side} but not in {other_side} (|x| up to {peak:.3g})"
     return None

@@ -5,6 +5,7 @@ whole tree rescues a leaf. `rel_norm` (||a - b|| / ||b|| over the tree) is still
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,15 +85,11 @@ def compare_trees(subject: str, compared: str, actual: Any, expected: Any, tol: 
 
 def with_cause(leaf: Leaf, cause: str | None) -> Leaf:
     """`leaf` with `cause` when it differs at all (a bitwise-equal leaf has no cause)."""
-    import dataclasses
-
     return dataclasses.replace(leaf, cause=cause) if leaf.max_abs != 0 or not leaf.passed else leaf
 
 
 def hint(subject: str, leaf: Leaf, sides: tuple[str, str]) -> Leaf:
     """`leaf` with its message pointing at the likely fix (docs/porting.md#reading-a-verdict)."""
-    import dataclasses
-
     jax_side = next((side for side in sides if side.startswith("jax")), None)
     if jax_side is None or leaf.passed:
         return leaf

@@ -30,9 +30,8 @@ class Tolerance:
     cross_cause: str | None = None
 
 
-def judge_runs(pair: Any, runs: list[BackendRun], tol: float | Tolerance) -> list[Check]:
-    """Every verdict on `runs` (torch's first, then one per JAX strategy) under `tol` (an rtol or a Tolerance)."""
-    tol = tol if isinstance(tol, Tolerance) else Tolerance(tol)
+def judge_runs(pair: Any, runs: list[BackendRun], tol: Tolerance) -> list[Check]:
+    """Every verdict on `runs` (torch's first, then one per JAX strategy) under `tol`."""
     torch_run, checks = runs[0], []
     for subject in SUBJECTS:
         if subject == "batch_stats" and not pair.has_batch_stats:
