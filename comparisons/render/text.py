@@ -31,13 +31,19 @@ def tolerance_words(report: ComparisonReport) -> str:
     return words
 
 
+def shown_leaves(check: Check) -> list:
+    """Every failing leaf of `check`, or, when none fails, the passing leaf closest to its bound."""
+    failing = [leaf for leaf in check.leaves if not leaf.passed]
+    if failing or not check.leaves:
+        return failing
+    return [max(check.leaves, key=lambda x: (x.max_abs or 0.0) / x.atol if x.atol else (x.max_abs or 0.0))]
+
+
 def worst_leaf(check: Check) -> str:
-    """The first failing leaf, else the passing leaf closest to its bound, as 'path |Δ| x (atol y)'."""
+    """The first failing leaf, else the passing leaf closest to its bound, as 'path |Δ| x ≤ atol y'."""
     if not check.leaves:
         return ""
-    failing = [leaf for leaf in check.leaves if not leaf.passed]
-    leaf = failing[0] if failing else max(
-        check.leaves, key=lambda x: (x.max_abs or 0.0) / x.atol if x.atol else (x.max_abs or 0.0))
+    leaf = shown_leaves(check)[0]
     figure = "—" if leaf.max_abs is None else f"{leaf.max_abs:.1e}"
     bound = "" if leaf.atol is None or not leaf.passed else f" ≤ atol {leaf.atol:.0e}"
     return f"{leaf.path} {figure}{bound}" + ("" if leaf.passed else f" {leaf.kind}")
@@ -91,12 +97,14 @@ def _rich_table(report: ComparisonReport):
     for column in ("max |Δ|", "rel ‖Δ‖"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    table.add_column("worst leaf", no_wrap=True)
     for check in report.checks:
         style = "green" if check.passed else "bold red"
         table.add_row(check.subject, check.compared, format_number(check.max_abs),
-                      format_number(check.rel_norm), f"[{style}]{verdict(check)}[/]", worst_leaf(check),
-                      )
+                      format_number(check.rel_norm), f"[{style}]{verdict(check)}[/]")
+        for leaf in shown_leaves(check):  # every failing leaf, else the worst passing one beside its bound
+            bound = f" ≤ atol {leaf.atol:.0e}" if leaf.passed and leaf.atol is not None else ""
+            word = "ok" if leaf.passed else f"[bold red]{leaf.cause or leaf.kind}[/]"
+            table.add_row("", f"└ {leaf.path}{bound}", format_number(leaf.max_abs), format_number(leaf.rel), word)
     return table
 
 
@@ -105,7 +113,9 @@ def _print_footer(console: Any, report: ComparisonReport) -> None:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     for check in report.failures:
         cause = f" [{check.cause}]" if check.cause else ""
-        console.print(f"FAIL {check.subject} ({check.compared}){cause}: {check.detail}", markup=False, soft_wrap=True)
+        failing = [leaf for leaf in check.leaves if not leaf.passed]
+        summary = f"{len(failing)} of {len(check.leaves)} leaves fail" if failing else check.detail
+        console.print(f"FAIL {check.subject} ({check.compared}){cause}: {summary}", markup=False, soft_wrap=True)
         for line in leaf_lines(check):
             console.print(line, markup=False, soft_wrap=True)
     total, failed = len(report.checks), len(report.failures)

@@ -66,9 +66,10 @@ def test_table_shows_each_check_and_the_summary(seed):
     assert re.search(rf"gradients .* {wrong.max_abs:.2e} .* FAIL", text)
     assert f"{len(report.checks) - 1}/{len(report.checks)} checks passed" in text
     layer = next(iter(report.layers))
-    assert f"FAIL gradients (torch DP vs jax:explicit DP) [port]: 1 of 2 leaves fail: port: `{layer}.kernel`" in text
+    assert "FAIL gradients (torch DP vs jax:explicit DP) [port]: 1 of 2 leaves fail\n" in text
     assert re.search(rf"^  - port: `{layer}.kernel`: \|Δ\| .* <b> \[port\]$", text, re.M)  # each failing leaf
-    assert f"{layer}.bias" in text  # the worst passing leaf, beside its bound
+    assert re.search(rf"│ +│ └ {layer}\.kernel +│ .* port +│", text)  # a row under the check per failing leaf
+    assert f"└ {layer}.bias ≤ atol 1e-06" in text  # a passing check: its worst leaf, beside its bound
     assert "rtol 1e-05 (default for float32); atol derived per leaf" in text
 
 
