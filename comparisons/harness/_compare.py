@@ -95,7 +95,7 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     report = ComparisonReport(
         model=pair.name, batch_size=batch_size, devices=devices, chunk_sizes=[], strategies=chosen,
         steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=kind,
-        tolerance=_tolerance_record(dtype, precision, rtol, atol),
+        tolerance=tolerance_record(dtype, precision, rtol, atol),
         precision="float64" if dtype == "float64" else precision,
         notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
     total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
@@ -119,8 +119,8 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
 PRECISIONS = ("float64-check", "off", "float64")
 
 
-def _tolerance_record(dtype: str, precision: str, rtol: float | None, atol: float | None) -> dict:
-    """The report's `tolerance`: the bounds used and where each came from (docs/report_schema.md)."""
+def tolerance_record(dtype: str, precision: str, rtol: float | None = None, atol: float | None = None) -> dict:
+    """A report's `tolerance`: the bounds used and where each came from (docs/report_schema.md)."""
     measured = dtype == "float32" and precision != "off"
     derived = ("derived per leaf: 8 x the leaf's float32 rounding measured against the float64 run, at least "
                "8 ulps of the subject's largest |value|" if measured else

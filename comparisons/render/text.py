@@ -21,8 +21,6 @@ def verdict(check: Check) -> str:
 def tolerance_words(report: ComparisonReport) -> str:
     """Which tolerances judged the numbers and where each came from (default, the user's, derived)."""
     tol = report.tolerance
-    if "rtol" not in tol:  # a record of bounds without sources (the distributed report)
-        return f"tolerance {tol['max_abs']:.0e} per leaf"
     words = f"rtol {tol['rtol']:.0e} ({tol['rtol_source']}); atol " + (
         f"{tol['atol']:.0e} ({tol['atol_source']})" if tol["atol"] is not None else tol["atol_source"])
     if tol.get("float64_rtol") is not None:
