@@ -36,13 +36,30 @@ def mse_jax(out, y):
 
 # --- LayerNorm: torch's eps 1e-5; a Flax twin that kept nn.LayerNorm's default 1e-6 ----------------------------
 
-class TorchNorm(torch.nn.Module):
+class TorchTwoLayer(torch.nn.Module):
+    """fc1 -> `between` -> fc2: the twins below differ only in what lies between."""
+
+    hidden, middle = 8, 8  # fc1's outputs, fc2's inputs
+
     def __init__(self):
         super().__init__()
-        self.fc1, self.norm, self.fc2 = torch.nn.Linear(6, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3)
+        self.fc1, self.fc2 = torch.nn.Linear(6, self.hidden), torch.nn.Linear(self.middle, 3)
 
     def forward(self, x):
-        return self.fc2(torch.tanh(self.norm(self.fc1(x))))
+        return self.fc2(self.between(self.fc1(x)))
+
+
+class TorchNorm(TorchTwoLayer):
+    """fc1 -> `norm` -> tanh -> fc2, the norm layer from `make_norm`."""
+
+    make_norm = staticmethod(lambda: torch.nn.LayerNorm(8))
+
+    def __init__(self):
+        super().__init__()
+        self.norm = self.make_norm()
+
+    def between(self, h):
+        return torch.tanh(self.norm(h))
 
 
 class FlaxNorm(nn.Module):
@@ -56,13 +73,9 @@ class FlaxNorm(nn.Module):
 
 # --- GELU: torch's exact erf form; jax.nn.gelu defaults to the tanh approximation -------------------------------
 
-class TorchGelu(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(6, 8), torch.nn.Linear(8, 3)
-
-    def forward(self, x):
-        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+class TorchGelu(TorchTwoLayer):
+    def between(self, h):
+        return torch.nn.functional.gelu(h)
 
 
 class FlaxGelu(nn.Module):
@@ -107,13 +120,21 @@ class FlaxMid(nn.Module):
 
 # --- one output column x1e5, the other sigmoid (torch) vs softplus (the bug) -------------------------------------
 
-class TorchColumns(torch.nn.Module):
+class TorchHead(torch.nn.Module):
+    """One Linear `head`, then `after` on its output: the twins below differ only in `after`."""
+
+    outputs = 2
+
     def __init__(self):
         super().__init__()
-        self.head = torch.nn.Linear(6, 2)
+        self.head = torch.nn.Linear(6, self.outputs)
 
     def forward(self, x):
-        h = self.head(x)
+        return self.after(self.head(x))
+
+
+class TorchColumns(TorchHead):
+    def after(self, h):
         return torch.cat([1e5 * h[:, :1], torch.sigmoid(h[:, 1:])], dim=1)
 
 
@@ -147,13 +168,8 @@ class FlaxConv(nn.Module):
 
 # --- BatchNorm momentum: torch 0.1 is Flax 0.9; a twin that kept Flax's 0.99 --------------------------------------
 
-class TorchBN(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.bn, self.fc2 = torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 3)
-
-    def forward(self, x):
-        return self.fc2(torch.tanh(self.bn(self.fc1(x))))
+class TorchBN(TorchNorm):
+    make_norm = staticmethod(lambda: torch.nn.BatchNorm1d(8))
 
 
 class FlaxBN(nn.Module):
@@ -163,19 +179,17 @@ class FlaxBN(nn.Module):
     def __call__(self, x, train: bool = False):
         from comparisons.models.flax_nets import TorchBatchNorm
 
-        h = TorchBatchNorm(momentum=self.momentum, name="bn")(nn.Dense(8, name="fc1")(x), train)
+        h = TorchBatchNorm(momentum=self.momentum, name="norm")(nn.Dense(8, name="fc1")(x), train)
         return nn.Dense(3, name="fc2")(jnp.tanh(h))
 
 
 # --- a reordered sum: torch sums the hidden units in order, the twin backwards, by cumulative sum ----------------
 
-class TorchSum(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(6, 16), torch.nn.Linear(1, 3)
+class TorchSum(TorchTwoLayer):
+    hidden, middle = 16, 1
 
-    def forward(self, x):
-        return self.fc2(torch.tanh(self.fc1(x)).sum(dim=1, keepdim=True))
+    def between(self, h):
+        return torch.tanh(h).sum(dim=1, keepdim=True)
 
 
 class FlaxSum(nn.Module):
@@ -187,13 +201,10 @@ class FlaxSum(nn.Module):
 
 # --- an output the loss does not read: torch's probabilities are a softmax, the twin's a sigmoid ------------------
 
-class TorchHeads(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.head = torch.nn.Linear(6, 3)
+class TorchHeads(TorchHead):
+    outputs = 3
 
-    def forward(self, x):
-        logits = self.head(x)
+    def after(self, logits):
         return {"logits": logits, "probs": torch.softmax(logits, dim=-1)}
 
 
