@@ -22,11 +22,33 @@ SCHEMA_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
+class Leaf:
+    """One leaf's verdict inside a numeric check, judged at its own scale (docs/report_schema.md#leaves).
+
+    `path` is the report's one spelling ('head.kernel', 'logits.0'); `max_abs` is max |a - b|, `rel`
+    max |a - b| / max |b|; `atol` the leaf's bound on entries near zero; `kind` what was judged or
+    what broke ("values", "zero", "non_finite", "shape", "dtype", "missing", "extra"); `cause`
+    ("port", "rounding", "data_parallel" or None) why a leaf differs; `message` says it in words.
+    """
+
+    path: str
+    max_abs: float | None
+    rel: float | None
+    passed: bool
+    cause: str | None = None
+    kind: str = "values"
+    atol: float | None = None
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Check:
     """One verdict: `subject` (e.g. "outputs") compared on `compared` (e.g. "torch DP vs single").
 
-    Numeric checks carry `max_abs` (max |a - b|) and `rel_norm` (||a - b|| / ||b||); they pass when
-    either is within `tolerance`. Placement checks carry no numbers; `detail` says what differs.
+    Numeric checks judge every leaf on its own (`leaves`) and pass only if each does; `max_abs` is
+    the largest max |a - b|, `rel_norm` the whole tree's ||a - b|| / ||b|| (shown, never deciding)
+    and `tolerance` the rtol. `cause` ("port" or "rounding") says why a torch-vs-JAX check differs.
+    Placement checks carry no numbers; `detail` says what differs.
     """
 
     subject: str
@@ -36,6 +58,8 @@ class Check:
     rel_norm: float | None = None
     tolerance: float | None = None
     detail: str = ""
+    leaves: tuple[Leaf, ...] = ()
+    cause: str | None = None
 
 
 @dataclasses.dataclass
@@ -57,6 +81,7 @@ class ComparisonReport:
     placements: dict[str, PlacementMap] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
     layers: dict[str, str] = dataclasses.field(default_factory=dict)  # torch layer -> Flax layer path
+    precision: str = "off"  # "off", "float64-check" (a float64 run tells port from rounding) or "float64"
 
     @property
     def ok(self) -> bool:

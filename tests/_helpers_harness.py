@@ -11,6 +11,7 @@ from _chunks import torch_chunk_sizes
 
 from comparisons.placement import PlacementMap, PlacementRecord
 from comparisons.report import Check, ComparisonReport
+from comparisons.verdicts import Leaf
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,18 +36,29 @@ def small_report(passed: bool = True, seed: int = 0) -> ComparisonReport:
                                            for i in range(devices))),
     }
     subjects = ("outputs", "batch_stats", "params_after_steps", "chunks")
-    checks = [Check(str(subject), "torch DP vs single", True, float(rng.uniform(0, 1e-6)), 0.0, 1e-5,
-                    f"worst leaf {layer}")
-              for subject in rng.permutation(subjects)[:int(rng.integers(1, 5))]]
+    def passing(figure: float) -> Leaf:
+        return Leaf(f"{layer}.bias", figure, figure, True, "data_parallel", atol=1e-6)
+
+    checks = [Check(str(subject), "torch DP vs single", True, figure, 0.0, 1e-5, f"worst leaf {layer}",
+                    (passing(figure),))
+              for subject in rng.permutation(subjects)[:int(rng.integers(1, 5))]
+              for figure in [float(rng.uniform(0, 1e-6))]]
     if not passed:
-        failing = Check("gradients", "torch DP vs jax:explicit DP", False, float(rng.uniform(1e-3, 9e-3)),
-                        float(rng.uniform(1e-2, 9e-2)), 1e-5, f"worst leaf {layer}.kernel <b>")
+        figure = float(rng.uniform(1e-3, 9e-3))
+        wrong = Leaf(f"{layer}.kernel", figure, figure, False, "port", atol=1e-6,
+                     message=f"port: `{layer}.kernel`: |Δ| {figure:.3g} <b>")
+        failing = Check("gradients", "torch DP vs jax:explicit DP", False, figure,
+                        float(rng.uniform(1e-2, 9e-2)), 1e-5, f"1 of 2 leaves fail: {wrong.message}",
+                        (wrong, passing(0.0)), "port")
         checks.insert(int(rng.integers(0, len(checks) + 1)), failing)
     batch = int(rng.integers(devices, 4 * devices + 1))
     return ComparisonReport(model=f"net_{seed}", batch_size=batch, devices=devices,
                             chunk_sizes=torch_chunk_sizes(batch, devices),
                             strategies=["explicit"], steps=1, optimizer="sgd", dtype="float32", seed=seed,
-                            torch_devices="cpu", tolerance={"max_abs": 1e-5, "rel_norm": 1e-5}, checks=checks,
+                            torch_devices="cpu",
+                            tolerance={"rtol": 1e-5, "rtol_source": "default for float32", "atol": None,
+                                       "atol_source": "derived per leaf", "float64_rtol": 1e-12},
+                            precision="float64-check", checks=checks,
                             placements=placements, notes=["a note"], layers={layer: layer})
 
 

@@ -73,7 +73,7 @@ def _main(argv: Sequence[str] | None) -> int:
             settings = dict(pair=_model_name(args, pair), batch_size=args.batch, devices=args.devices,
                             strategies=_strategy_list(args.strategy), steps=args.steps, optimizer=args.optimizer,
                             dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices,
-                            padding=args.padding)
+                            padding=args.padding, precision=args.precision, rtol=args.rtol, atol=args.atol)
             fmt, out, html_out = args.format, args.out, None
         for path, flag in ((out, "--out"), (html_out, "--out")):
             if path is not None:
@@ -173,6 +173,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="also measure what padding the last chunk (a pmap port) would change: labelled "
                           "'padding' notes, never judged")
     run.add_argument("--dtype", default="float32", help="float32 or float64 (default float32)")
+    run.add_argument("--precision", default="float64-check", choices=("float64-check", "off", "float64"),
+                     help="float64-check (default): also run both frameworks single-device in float64 to tell a "
+                          "port difference from rounding; off: the --dtype run alone; float64: everything in float64")
+    run.add_argument("--rtol", type=float, help="element-wise relative tolerance of every leaf "
+                                                "(default 1e-5 in float32, 1e-12 in float64)")
+    run.add_argument("--atol", type=float, help="element-wise absolute tolerance of every leaf (default: derived per "
+                                                "leaf from its measured rounding, docs/report_schema.md#leaves)")
     run.add_argument("--optimizer", default="sgd", help="sgd, momentum or adam (default sgd)")
     run.add_argument("--seed", type=int, default=0, help="weights and inputs seed (default 0)")
     run.add_argument("--torch-devices", default="auto", choices=("auto", *TORCH_DEVICES),

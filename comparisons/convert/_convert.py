@@ -248,15 +248,32 @@ def _under(key: tuple, flax_path: str) -> bool:
     return key[1:1 + len(parts)] == parts and len(key) > 1 + len(parts)
 
 
+def _lacking_parameter(name: str, expected: list[str], model: str) -> str | None:
+    """Words for a layer the model has, without one of its parameters (the path is right), else None."""
+    layer, leaf = name.rsplit(".", 1) if "." in name else ("", name)
+    siblings = sorted(k for k in expected if k.startswith(layer + "."))
+    if not layer or not siblings:
+        return None
+    shown = layer.split(".", 1)[-1] if model == "Flax model" else layer
+    side = "Flax" if model == "Flax model" else "torch"
+    if leaf == "bias":
+        fix = "use_bias=False?" if side == "Flax" else "bias=False?"
+        return (f"has {siblings} and no {name!r}: the {side} `{shown}` has no bias: {fix} Build both layers "
+                "with a bias, or both without")
+    return (f"has {siblings} and no {name!r}: the {side} `{shown}` lacks `{leaf}`, a parameter the other side's "
+            "layer has")
+
+
 def _match(who, produced, expected, source, model):
     def show(key):
         return key if isinstance(key, str) else ".".join(key)
     for key in produced:
         name = show(key)
         if key not in expected:
+            lacking = _lacking_parameter(name, [show(k) for k in expected], model)
             raise ConversionError(f"{who}: {_describe(source[key])} produced {name!r} but the {model} "
-                                  f"has no such entry (it has {sorted(map(show, expected))}); "
-                                  "fix the mapping's path")
+                                  + (lacking or f"has no such entry (it has {sorted(map(show, expected))}); "
+                                     "fix the mapping's path"))
         if tuple(produced[key].shape) != tuple(expected[key]):
             raise ConversionError(f"{who}: {name!r} from {_describe(source[key])} has shape "
                                   f"{tuple(produced[key].shape)} but the {model} expects "

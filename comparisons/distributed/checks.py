@@ -19,6 +19,7 @@ import dataclasses
 import numpy as np
 
 from comparisons.distributed.config import WorkerConfig, chunk_rows
+from comparisons.harness import tolerance_record
 from comparisons.judge import TOLERANCES
 from comparisons.placement import PlacementMap, canonical_path
 from comparisons.runs import BackendRun, RunConfig, RunInputs
@@ -114,7 +115,8 @@ def report(config: WorkerConfig, processes: int, sides, local: LocalRuns, result
         chunk_sizes=[config.batch_size // mesh] * mesh if with_jax else torch_rows,
         strategies=[JAX_LABEL] if with_jax else ["none (torch only)"], steps=config.steps,
         optimizer=config.optimizer, dtype=config.dtype, seed=config.seed,
-        torch_devices=f"DDP on {processes} gloo rank(s), one CPU each", tolerance={"max_abs": tol, "rel_norm": tol},
+        torch_devices=f"DDP on {processes} gloo rank(s), one CPU each",
+        tolerance=tolerance_record(config.dtype, "off"),
         checks=checks, placements=placements, notes=_notes(config, processes, sides, torch_rows, results, seconds),
         layers={layer.torch: canonical_path(layer.flax) for layer in pair.mapping})
 

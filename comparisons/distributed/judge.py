@@ -76,7 +76,8 @@ def jax_checks(pair: Any, local: Any, processes: list[dict], tol: float) -> list
     dp, n = local.jax_dp.dp, len(local.jax_dp.chunk_sizes)
     vs_dp = f"{MULTI} vs dp_jax DataParallel x{n}"
     checks = [same("outputs", vs_dp, np.concatenate([r["output"] for r in processes]), dp.outputs, tol),
-              same("loss", vs_dp, processes[0]["loss"], _jax_loss(pair, dp.outputs, local.targets), tol),
+              # the worker's loss is a float32 array, the reference a Python float: a value, compared as one
+              same("loss", vs_dp, float(processes[0]["loss"]), _jax_loss(pair, dp.outputs, local.targets), tol),
               same("gradients", vs_dp, processes[0]["grads"], dp.gradients, tol),
               same("params_after_steps", vs_dp, processes[0]["params"], dp.params_after_steps, tol)]
     if pair.has_batch_stats:

@@ -52,6 +52,16 @@ def strategy_names(value: Any) -> Any:
     return value
 
 
+def tolerance(name: str, value: Any) -> float | None:
+    """None (the default for the dtype, or derived) or a finite number >= 0 (not a bool or a string)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0 or value == float("inf"):
+        raise ComparisonError(f"compare: {name}={value!r}{_type_of(value)}; pass a finite number >= 0, e.g. "
+                              f"{name}=1e-5, or None for the default")
+    return float(value)
+
+
 PROBE_BATCHES = (2, 4)  # make_inputs runs at these to measure a row; larger batches are extrapolated
 
 

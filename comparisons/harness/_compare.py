@@ -20,6 +20,7 @@ from comparisons.runs import (
     OPTIMIZERS,
     TORCH_DEVICES,
     BackendRun,
+    Float64Reference,
     RunConfig,
     RunInputs,
     install_virtual,
@@ -49,7 +50,8 @@ STRATEGIES: Sequence[str] = _StrategyNames()
 def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Sequence[str] | None = None,
             steps: int = 2, optimizer: str = "sgd", dtype: str = "float32", seed: int = 0,
             torch_devices: str = "auto", progress: Callable[[str, int], None] | None = None,
-            padding: bool = False) -> ComparisonReport:
+            padding: bool = False, precision: str = "float64-check", rtol: float | None = None,
+            atol: float | None = None) -> ComparisonReport:
     """Compare dp_torch and dp_jax on `pair` (a ModelPair or a registered name); returns the report.
 
     Args:
@@ -63,14 +65,21 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
       padding: also train each chosen mapped strategy with the last chunk padded (dp_jax's
         uneven='pad_unchecked', what a pmap port computes) and report in the notes, labelled
         "padding", how far it moves each subject from torch's: measured, never judged.
+      precision: "float64-check" (the default: a float32 run, and both frameworks' single-device run again
+        in float64, which tells a port difference from rounding, leaf by leaf), "off" (the float32 run
+        alone) or "float64" (everything in float64, as dtype="float64").
+      rtol, atol: the element-wise bound |a - b| <= atol + rtol |b| of every leaf; None: rtol per dtype
+        (1e-5, 1e-12) and atol derived per leaf (docs/report_schema.md#leaves).
     Every argument is checked before any work runs. JAX gets max(8, devices) CPU devices when it
     has not started yet (else the error says how). Compiles one JAX program per strategy and chunk
     shape; float64 runs JAX under jax.enable_x64 (scoped to this call).
     """
     pair = _resolve_pair(pair)
+    _choice("dtype", dtype, tuple(judge.TOLERANCES))
+    dtype = "float64" if _choice("precision", precision, PRECISIONS) == "float64" else dtype
     config = RunConfig(check.positive("batch_size", batch_size), check.positive("steps", steps),
-                       _choice("optimizer", optimizer, tuple(OPTIMIZERS)),
-                       _choice("dtype", dtype, tuple(judge.TOLERANCES)), check.seed(seed), pair.batch_axis)
+                       _choice("optimizer", optimizer, tuple(OPTIMIZERS)), dtype, check.seed(seed), pair.batch_axis)
+    rtol, atol = check.tolerance("rtol", rtol), check.tolerance("atol", atol)
     _choice("torch_devices", torch_devices, ("auto", *TORCH_DEVICES))
     check.progress(progress)
     devices = check.positive("devices", devices)
@@ -87,15 +96,18 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     report = ComparisonReport(
         model=pair.name, batch_size=batch_size, devices=devices, chunk_sizes=[], strategies=chosen,
         steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=kind,
-        tolerance={"max_abs": judge.TOLERANCES[dtype], "rel_norm": judge.TOLERANCES[dtype]},
+        tolerance=tolerance_record(dtype, precision, rtol, atol),
+        precision="float64" if dtype == "float64" else precision,
         notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
     total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
     tick = (lambda label: progress(label, total)) if progress else (lambda label: None)
     run = _inputs(pair, config)
     runs = _run_all(run, chosen, (torch_list, reference), jax_list, tick)
-    tol = judge.TOLERANCES[dtype]
+    tol = report.tolerance["rtol"]
+    float64 = _float64_reference(run, devices, jax_list[0]) if dtype == "float32" and precision != "off" else None
+    tolerance = judge.Tolerance(tol, atol, float64, cross_cause="port" if dtype == "float64" else None)
     report.chunk_sizes = runs[0].chunk_sizes
-    report.checks = judge.judge_runs(pair, runs, tol) + judge.conversion_checks(pair, config.seed, dtype)
+    report.checks = judge.judge_runs(pair, runs, tolerance) + judge.conversion_checks(pair, config.seed, dtype)
     report.placements = {run.label: run.placement for run in runs}
     report.layers = {layer.torch: canonical_path(layer.flax) for layer in pair.mapping}
     report.notes += [note for run in runs for note in run.notes] + judge.parametrisation_note(runs)
@@ -103,6 +115,46 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     if padding:
         report.notes += _padding_section(run, chosen, runs[0], jax_list, tol)
     return report
+
+
+PRECISIONS = ("float64-check", "off", "float64")
+
+
+def tolerance_record(dtype: str, precision: str, rtol: float | None = None, atol: float | None = None) -> dict:
+    """A report's `tolerance`: the bounds used and where each came from (docs/report_schema.md)."""
+    measured = dtype == "float32" and precision != "off"
+    derived = ("derived per leaf: 8 x the leaf's float32 rounding measured against the float64 run, at least "
+               "8 ulps of the subject's largest |value|" if measured else
+               f"derived per leaf: rtol x the leaf's largest |value|, at least 8 ulps ({dtype}) of the subject's "
+               "largest |value|")
+    return {"rtol": judge.TOLERANCES[dtype] if rtol is None else rtol,
+            "rtol_source": f"default for {dtype}" if rtol is None else "set by the user",
+            "atol": atol, "atol_source": derived if atol is None else "set by the user",
+            "float64_rtol": judge.TOLERANCES["float64"] if measured else None}
+
+
+def _float64_reference(run: RunInputs, chunks: int, jax_device) -> Float64Reference:
+    """Both frameworks' single-device run again in float64, on the same weights and the inputs cast (so the
+    difference to the float32 run is the computation's rounding alone): one forward, backward and K steps
+    per framework, not per strategy. torch computes on the CPU; JAX on the first JAX device, under x64."""
+    import dataclasses
+
+    import numpy as np
+    import torch
+
+    from comparisons.runs.jax_run import run_jax_reference
+    from comparisons.runs.torch_run import run_torch_reference
+
+    def wider(x):
+        return x.astype(np.float64) if np.issubdtype(np.asarray(x).dtype, np.floating) else x
+
+    config = dataclasses.replace(run.config, dtype="float64")
+    run64 = RunInputs(run.pair, config, tuple(wider(x) for x in run.inputs), wider(run.targets))
+    torch_module, flax_module, variables = _build(run.pair, config)
+    torch_side = run_torch_reference(run64, torch_module, chunks, torch.device("cpu"))
+    with _jax_precision("float64"):
+        jax_side = run_jax_reference(run64, flax_module, variables, jax_device, chunks)
+    return Float64Reference(torch_side, jax_side)
 
 
 def _padding_section(run: RunInputs, strategies, torch_run, jax_list, tol) -> list[str]:

@@ -1,6 +1,8 @@
 """Judging: arrays, placement maps and a pair's declarations in, `Check`s (verdicts) out.
 
-    _numerics.py   compare_trees: two trees of arrays under a tolerance; TOLERANCES per dtype
+    _leaves.py     judge_leaf: one leaf element by element at its own scale; the failure kinds
+    _numerics.py   compare_trees: two trees, every leaf on its own; TOLERANCES (rtol) per dtype; hints
+    _precision.py  judge_cross: float64 tells a port difference from rounding; measured_rounding
     _placement.py  compare_placement, check_aliasing: where each layer lives, torch vs JAX
     _declared.py   one-sided leaves, unused parameters, known differences, given variables
     _runs.py       judge_runs: every verdict of one comparison's runs
@@ -14,8 +16,9 @@ from comparisons.judge._declared import notes as declared_notes
 from comparisons.judge._numerics import TOLERANCES, compare_trees, flatten
 from comparisons.judge._padding import padding_notes
 from comparisons.judge._placement import check_aliasing, compare_placement, layer_of
-from comparisons.judge._runs import SUBJECTS, judge_runs, parametrisation_note
+from comparisons.judge._precision import measured_rounding
+from comparisons.judge._runs import SUBJECTS, Tolerance, judge_runs, parametrisation_note
 
-__all__ = ["SUBJECTS", "TOLERANCES", "check_aliasing", "compare_placement", "compare_trees", "conversion_checks",
-           "cross", "declared_checks", "declared_notes", "flatten", "judge_runs", "layer_of", "padding_notes",
-           "parametrisation_note"]
+__all__ = ["SUBJECTS", "TOLERANCES", "Tolerance", "check_aliasing", "compare_placement", "compare_trees",
+           "conversion_checks", "cross", "declared_checks", "declared_notes", "flatten", "judge_runs", "layer_of",
+           "measured_rounding", "padding_notes", "parametrisation_note"]

@@ -145,7 +145,8 @@ def conversion_checks(pair: Any, seed: int, dtype: str) -> list[Check]:
 
     torch_module, flax_module, given = pair.build(seed=seed, dtype=np.dtype(dtype))
     ours = pair.torch_to_flax(torch_module.state_dict(), like=pair.flax_shapes(flax_module))
-    check = compare_trees("conversion", "given variables vs the torch weights converted by path", given, ours, 0.0)
+    check = compare_trees("conversion", "given variables vs the torch weights converted by path", given, ours, 0.0,
+                           atol=0.0, sides=("the given variables", "ours"))
     if check.passed:
         check = dataclasses.replace(
             check, detail=f"bitwise equal ({len(flatten(ours))} leaves); the run uses the given variables")

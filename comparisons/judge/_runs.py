@@ -1,34 +1,52 @@
 """Every verdict of one comparison's runs: DP vs single per backend, torch vs each JAX strategy, the compiled
-step vs the eager path, chunks, placement, aliasing and what the pair declares."""
+step vs the eager path, chunks, placement, aliasing and what the pair declares.
+
+With a float64 reference (`Float64Reference`), each leaf's bound grows with its measured float32 rounding and
+every torch-vs-JAX leaf that differs gets a cause, port or rounding (judge/_precision.py).
+"""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from comparisons.judge import _declared as declared
 from comparisons.judge._numerics import compare_trees
 from comparisons.judge._placement import check_aliasing, compare_placement
-from comparisons.runs import BackendRun
+from comparisons.judge._precision import judge_cross, larger, measured_rounding
+from comparisons.runs import BackendRun, Float64Reference
 from comparisons.verdicts import Check
 
 SUBJECTS = ("outputs", "gradients", "batch_stats", "params_after_steps")
 
 
-def judge_runs(pair: Any, runs: list[BackendRun], tol: float) -> list[Check]:
-    """Every verdict on `runs` (torch's first, then one per JAX strategy) at tolerance `tol`."""
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """How numbers are judged: `rtol`, the user's `atol` (None: derived per leaf), and the cause a float64 run
+    gives torch-vs-JAX failures when there is no float64 reference ("port" when the run is float64)."""
+
+    rtol: float
+    atol: float | None = None
+    reference: Float64Reference | None = None
+    cross_cause: str | None = None
+
+
+def judge_runs(pair: Any, runs: list[BackendRun], tol: Tolerance) -> list[Check]:
+    """Every verdict on `runs` (torch's first, then one per JAX strategy) under `tol`."""
     torch_run, checks = runs[0], []
     for subject in SUBJECTS:
         if subject == "batch_stats" and not pair.has_batch_stats:
             continue
+        rounding = {run.label: _rounding(run, subject, tol.reference) for run in runs}
         for run in runs:
             checks.append(compare_trees(subject, f"{run.label} DP vs single", getattr(run.dp, subject),
-                                        getattr(run.single, subject), tol))
+                                        getattr(run.single, subject), tol.rtol, atol=tol.atol,
+                                        rounding=rounding[run.label], sides=(f"{run.label} DP", f"{run.label} single"),
+                                        cause="data_parallel"))
         for run in runs[1:]:
             if subject == "params_after_steps" and run.parameter_count != torch_run.parameter_count:
                 continue  # see parametrisation_note
-            checks.append(compare_trees(subject, f"torch DP vs {run.label} DP",
-                                        *declared.cross(pair, subject, getattr(run.dp, subject),
-                                                        getattr(torch_run.dp, subject)), tol))
-    checks += _compiled_vs_eager(runs, tol)
+            checks.append(_cross(pair, subject, torch_run, run, tol, rounding))
+    checks = _where_next(checks) + _compiled_vs_eager(runs, tol)
     for run in runs[1:]:
         checks.append(Check("chunks", f"torch vs {run.label}", run.chunk_sizes == torch_run.chunk_sizes,
                             detail=f"chunk sizes {run.chunk_sizes} vs torch {torch_run.chunk_sizes}"))
@@ -36,13 +54,42 @@ def judge_runs(pair: Any, runs: list[BackendRun], tol: float) -> list[Check]:
                                         padded_replica=run.padded_replica))
     checks += [check_aliasing(run.placement, run.label) for run in runs
                if any(r.replica is not None and r.role == "param" for r in run.placement)]
-    return checks + declared.checks(pair, runs, tol)
+    return checks + declared.checks(pair, runs, tol.rtol)
 
 
-def _compiled_vs_eager(runs: list[BackendRun], tol: float) -> list[Check]:
+def _where_next(checks: list[Check]) -> list[Check]:
+    """A failing torch-vs-JAX outputs check whose gradients all agree says where to look next."""
+    grads = {c.compared: c.passed for c in checks if c.subject == "gradients"}
+    return [dataclasses.replace(c, detail=c.detail + "; every parameter gradient agrees, so the forward differs "
+                                "where no parameter is: an activation or the output's post-processing after the "
+                                "last layer (compare each layer's output, torch against Flax, to find it)")
+            if c.subject == "outputs" and not c.passed and grads.get(c.compared) else c for c in checks]
+
+
+def _rounding(run: BackendRun, subject: str, reference: Float64Reference | None) -> dict[str, float] | None:
+    """The run's measured float32 rounding per leaf of `subject` (its single-device run against float64)."""
+    if reference is None:
+        return None
+    return measured_rounding(getattr(run.single, subject), getattr(reference.torch if run.label == "torch"
+                                                                    else reference.jax, subject))
+
+
+def _cross(pair: Any, subject: str, torch_run: BackendRun, run: BackendRun, tol: Tolerance, rounding: dict) -> Check:
+    compared, sides = f"torch DP vs {run.label} DP", (f"{run.label} DP", "torch DP")
+    float32 = declared.cross(pair, subject, getattr(run.dp, subject), getattr(torch_run.dp, subject))
+    if tol.reference is None:
+        return compare_trees(subject, compared, *float32, tol.rtol, atol=tol.atol, sides=sides, cause=tol.cross_cause)
+    float64 = declared.cross(pair, subject, getattr(tol.reference.jax, subject), getattr(tol.reference.torch, subject))
+    return judge_cross(subject, compared, float32, float64, tol.rtol, atol=tol.atol,
+                       rounding=larger(rounding["torch"], rounding[run.label]), sides=sides)
+
+
+def _compiled_vs_eager(runs: list[BackendRun], tol: Tolerance) -> list[Check]:
     """dp_jax's compiled step (what trained) against its eager path (jax.grad around apply)."""
     return [compare_trees(subject, f"{run.label} compiled step vs eager", getattr(run.dp, subject),
-                          getattr(run.eager, subject), tol)
+                          getattr(run.eager, subject), tol.rtol, atol=tol.atol,
+                          rounding=_rounding(run, subject, tol.reference),
+                          sides=(f"{run.label} compiled", f"{run.label} eager"))
             for run in runs if run.eager is not None for subject in ("gradients", "params_after_steps")]
 
 

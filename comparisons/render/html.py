@@ -11,7 +11,7 @@ from html import escape
 from comparisons.judge import layer_of
 from comparisons.placement import PlacementMap
 from comparisons.render.rows import aligned_rows
-from comparisons.render.text import format_number, headline, verdict
+from comparisons.render.text import format_number, headline, leaf_lines, tolerance_words, verdict, worst_leaf
 from comparisons.verdicts import ComparisonReport
 
 # One colour per logical device index (colour-blind-friendly Okabe-Ito tones, light variants).
@@ -44,8 +44,8 @@ def render_html(report: ComparisonReport) -> str:
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
         f"<title>dp-compare: {escape(report.model)}</title><style>{CSS}</style></head><body>",
         f"<h1>dp-compare: {escape(report.model)} — {status}</h1>",
-        f"<p>{escape(headline(report))}.<br>Tolerance ({escape(report.dtype)}): max |Δ| ≤ "
-        f"{report.tolerance['max_abs']:.0e} or rel ‖Δ‖ ≤ {report.tolerance['rel_norm']:.0e}. "
+        f"<p>{escape(headline(report))}.<br>Tolerance ({escape(report.dtype)}, each leaf on its own, "
+        f"|Δ| ≤ atol + rtol·|b|): {escape(tolerance_words(report))}. "
         f"{len(report.checks) - len(report.failures)}/{len(report.checks)} checks passed.</p>",
         *(f"<p class=note>note: {escape(note)}</p>" for note in report.notes),
         "<h2>Checks</h2>", _scroll(_check_table(report)),
@@ -57,7 +57,7 @@ def render_html(report: ComparisonReport) -> str:
 
 def _check_table(report: ComparisonReport) -> str:
     rows = ["<table><tr><th>check</th><th>compared</th><th>max |Δ|</th><th>rel ‖Δ‖</th>"
-            "<th>tol</th><th>verdict</th><th>detail</th></tr>"]
+            "<th>tol</th><th>verdict</th><th>worst leaf</th><th>detail</th></tr>"]
     for check in report.checks:
         css = "bad" if not check.passed else "ok"
         rows.append(
@@ -65,8 +65,15 @@ def _check_table(report: ComparisonReport) -> str:
             f"<td>{escape(check.compared)}</td><td class=num>{format_number(check.max_abs)}</td>"
             f"<td class=num>{format_number(check.rel_norm)}</td>"
             f"<td class=num>{format_number(check.tolerance)}</td>"
-            f"<td class={css}>{verdict(check)}</td><td class=detail>{escape(check.detail)}</td></tr>")
+            f"<td class={css}>{verdict(check)}{escape(f' ({check.cause})' if check.cause else '')}</td>"
+            f"<td>{escape(worst_leaf(check))}</td><td class=detail>{escape(check.detail)}{_leaf_list(check)}</td></tr>")
     return "\n".join(rows + ["</table>"])
+
+
+def _leaf_list(check) -> str:
+    """Every failing leaf of a check, one list item each, with its cause."""
+    lines = leaf_lines(check)
+    return "<ul>" + "".join(f"<li>{escape(line.strip()[2:])}</li>" for line in lines) + "</ul>" if lines else ""
 
 
 def _scroll(table: str) -> str:

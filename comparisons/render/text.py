@@ -18,6 +18,41 @@ def verdict(check: Check) -> str:
     return "PASS" if check.passed else "FAIL"
 
 
+def tolerance_words(report: ComparisonReport) -> str:
+    """Which tolerances judged the numbers and where each came from (default, the user's, derived)."""
+    tol = report.tolerance
+    words = f"rtol {tol['rtol']:.0e} ({tol['rtol_source']}); atol " + (
+        f"{tol['atol']:.0e} ({tol['atol_source']})" if tol["atol"] is not None else tol["atol_source"])
+    if tol.get("float64_rtol") is not None:
+        words += (f"; float64 check: rtol {tol['float64_rtol']:.0e}, a torch-vs-JAX leaf that differs there is a "
+                  "port difference")
+    return words
+
+
+def shown_leaves(check: Check) -> list:
+    """Every failing leaf of `check`, or, when none fails, the passing leaf closest to its bound."""
+    failing = [leaf for leaf in check.leaves if not leaf.passed]
+    if failing or not check.leaves:
+        return failing
+    return [max(check.leaves, key=lambda x: (x.max_abs or 0.0) / x.atol if x.atol else (x.max_abs or 0.0))]
+
+
+def worst_leaf(check: Check) -> str:
+    """The first failing leaf, else the passing leaf closest to its bound, as 'path |Δ| x ≤ atol y'."""
+    if not check.leaves:
+        return ""
+    leaf = shown_leaves(check)[0]
+    figure = "—" if leaf.max_abs is None else f"{leaf.max_abs:.1e}"
+    bound = "" if leaf.atol is None or not leaf.passed else f" ≤ atol {leaf.atol:.0e}"
+    return f"{leaf.path} {figure}{bound}" + ("" if leaf.passed else f" {leaf.kind}")
+
+
+def leaf_lines(check: Check) -> list[str]:
+    """One line per failing leaf of `check`, with its cause: what the footers list under a failure."""
+    return [f"  - {leaf.message or leaf.path}" + (f" [{leaf.cause}]" if leaf.cause else "")
+            for leaf in check.leaves if not leaf.passed]
+
+
 def headline(report: ComparisonReport) -> str:
     return (f"{report.model}: batch {report.batch_size} on {report.devices} device(s) "
             f"(chunks {', '.join(map(str, report.chunk_sizes))}), {report.dtype}, "
@@ -46,7 +81,7 @@ def print_table(report: ComparisonReport, console: Any) -> None:
     """Prints the table to a rich `console` (with colour when it is a terminal)."""
     # Prose lines are never wrapped (soft_wrap): a title would wrap at the table's width, a line at the
     # console's, and a wrapped path or number no longer greps.
-    console.print(f"{headline(report)}; tolerance {report.tolerance['max_abs']:.0e}", markup=False, soft_wrap=True)
+    console.print(f"{headline(report)}; {tolerance_words(report)}", markup=False, soft_wrap=True)
     console.print(_rich_table(report))
     _print_footer(console, report)
 
@@ -64,6 +99,10 @@ def _rich_table(report: ComparisonReport):
         style = "green" if check.passed else "bold red"
         table.add_row(check.subject, check.compared, format_number(check.max_abs),
                       format_number(check.rel_norm), f"[{style}]{verdict(check)}[/]")
+        for leaf in shown_leaves(check):  # every failing leaf, else the worst passing one beside its bound
+            bound = f" ≤ atol {leaf.atol:.0e}" if leaf.passed and leaf.atol is not None else ""
+            word = "ok" if leaf.passed else f"[bold red]{leaf.cause or leaf.kind}[/]"
+            table.add_row("", f"└ {leaf.path}{bound}", format_number(leaf.max_abs), format_number(leaf.rel), word)
     return table
 
 
@@ -71,7 +110,12 @@ def _print_footer(console: Any, report: ComparisonReport) -> None:
     for note in report.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
     for check in report.failures:
-        console.print(f"FAIL {check.subject} ({check.compared}): {check.detail}", markup=False, soft_wrap=True)
+        cause = f" [{check.cause}]" if check.cause else ""
+        failing = [leaf for leaf in check.leaves if not leaf.passed]
+        summary = f"{len(failing)} of {len(check.leaves)} leaves fail" if failing else check.detail
+        console.print(f"FAIL {check.subject} ({check.compared}){cause}: {summary}", markup=False, soft_wrap=True)
+        for line in leaf_lines(check):
+            console.print(line, markup=False, soft_wrap=True)
     total, failed = len(report.checks), len(report.failures)
     summary = f"{total - failed}/{total} checks passed"
     console.print(f"[green]{summary}[/]" if report.ok else f"[bold red]{summary}[/]")
@@ -80,14 +124,17 @@ def _print_footer(console: Any, report: ComparisonReport) -> None:
 def to_markdown(report: ComparisonReport) -> str:
     """GitHub-flavoured Markdown: headline, tolerance, the check table, notes and details."""
     lines = [f"# dp-compare: {report.model}", "", headline(report) + ".", "",
-             f"Tolerance ({report.dtype}): max |Δ| ≤ {report.tolerance['max_abs']:.0e} or "
-             f"rel ‖Δ‖ ≤ {report.tolerance['rel_norm']:.0e}.", "",
-             "| check | compared | max \\|Δ\\| | rel ‖Δ‖ | verdict | detail |",
-             "|---|---|---:|---:|---|---|"]
+             f"Tolerance ({report.dtype}, each leaf on its own, |Δ| ≤ atol + rtol·|b|): {tolerance_words(report)}.", "",
+             "| check | compared | max \\|Δ\\| | rel ‖Δ‖ | verdict | worst leaf | detail |",
+             "|---|---|---:|---:|---|---|---|"]
     for check in report.checks:
         lines.append(f"| {check.subject} | {check.compared} | {format_number(check.max_abs)} | "
-                     f"{format_number(check.rel_norm)} | **{verdict(check)}** | "
+                     f"{format_number(check.rel_norm)} | **{verdict(check)}** | {worst_leaf(check)} | "
                      f"{check.detail.replace('|', '/')} |")
+    failing = [(check, leaf_lines(check)) for check in report.failures if check.leaves]
+    lines += [line for check, leaves in failing
+              for line in ["", f"Failing leaves of {check.subject} ({check.compared})"
+                           + (f", cause {check.cause}" if check.cause else "") + ":", *leaves]]
     lines += ["", *(f"- note: {note}" for note in report.notes), "",
               f"**{'OK' if report.ok else 'FAILED'}**: {len(report.checks) - len(report.failures)}"
               f"/{len(report.checks)} checks passed.", ""]

@@ -42,6 +42,15 @@ class BackendRun:
     eager: Snapshot | None = None  # the eager path's run when `dp` came from dp_jax's compiled step
 
 
+@dataclasses.dataclass
+class Float64Reference:
+    """Both frameworks' single-device run (the chunks one after another) in float64, on the float32 run's
+    weights and inputs cast: what tells a port difference from rounding (docs/report_schema.md#causes)."""
+
+    torch: Snapshot
+    jax: Snapshot
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """One comparison's settings, validated by the harness."""

@@ -42,6 +42,13 @@ def run_torch(run: RunInputs, module: torch.nn.Module, devices: Sequence[torch.d
     return BackendRun("torch", dp, single, placement, chunks, count)
 
 
+def run_torch_reference(run: RunInputs, module: torch.nn.Module, chunks: int, device: torch.device) -> Snapshot:
+    """The single-device run alone: `chunks` chunks one after another on `device` (the float64 check's torch
+    side; `run_torch` runs the same beside DataParallel)."""
+    return _train(run, module, [device], lambda m, x, first: _chunked_forward(m, x, chunks, run.config.dim),
+                  lambda: None)
+
+
 def _train(run: RunInputs, module, devices, forward, progress, captured=None) -> Snapshot:
     pair, config = run.pair, run.config
     model = copy.deepcopy(module).to(devices[0]).train()

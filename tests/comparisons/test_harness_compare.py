@@ -38,7 +38,8 @@ def test_every_verdict_passes_for_faithful_pipelines(model, batch, devices, dtyp
     report = compare(model, batch_size=batch, devices=devices, strategies=strategies, steps=2,
                      dtype=dtype, seed=devices)
     assert_all_verdicts_pass(report, strategies, batch_stats=model == "cnn_bn")
-    assert report.tolerance["max_abs"] == (1e-5 if dtype == "float32" else 1e-12)
+    assert report.tolerance["rtol"] == (1e-5 if dtype == "float32" else 1e-12)
+    assert report.precision == ("float64-check" if dtype == "float32" else "float64")  # float64: the run is the check
 
 
 def test_float64_x64_mode_does_not_leak_out_of_compare():

@@ -13,8 +13,10 @@ from comparisons.report import SCHEMA_VERSION
 
 TOP_LEVEL = {"schema_version", "model", "batch_size", "devices", "chunk_sizes", "strategies", "steps",
              "optimizer", "dtype", "seed", "torch_devices", "tolerance", "ok", "checks", "placements", "notes",
-             "layers"}
-CHECK_FIELDS = {"subject", "compared", "passed", "max_abs", "rel_norm", "tolerance", "detail"}
+             "layers", "precision"}
+CHECK_FIELDS = {"subject", "compared", "passed", "max_abs", "rel_norm", "tolerance", "detail", "leaves", "cause"}
+LEAF_FIELDS = {"path", "max_abs", "rel", "passed", "cause", "kind", "atol", "message"}
+TOLERANCE_FIELDS = {"rtol", "rtol_source", "atol", "atol_source", "float64_rtol"}
 RECORD_FIELDS = {"replica", "path", "role", "device", "logical_index", "shape", "dtype", "aliases_original"}
 SEEDS = st.integers(0, 2**32 - 1)
 drawn = settings(max_examples=8, deadline=None)
@@ -30,6 +32,11 @@ def test_json_follows_the_documented_schema(seed, passed):
     assert data["ok"] is passed
     assert all(set(check) == CHECK_FIELDS for check in data["checks"])
     assert [c["subject"] for c in data["checks"]] == [c.subject for c in report.checks]
+    assert all(set(leaf) == LEAF_FIELDS for check in data["checks"] for leaf in check["leaves"])
+    assert set(data["tolerance"]) == TOLERANCE_FIELDS
+    if not passed:
+        failing = next(c for c in data["checks"] if not c["passed"])
+        assert failing["cause"] == "port" and [leaf["passed"] for leaf in failing["leaves"]] == [False, True]
     rows = [row for rows in data["placements"].values() for row in rows]
     assert rows and all(set(row) == RECORD_FIELDS for row in rows)
     torch_records = report.placements["torch"].records
@@ -41,7 +48,7 @@ def test_the_schema_document_lists_every_json_field():
     from _helpers_harness import ROOT
 
     text = (ROOT / "docs" / "report_schema.md").read_text()
-    for field in TOP_LEVEL | CHECK_FIELDS | RECORD_FIELDS:
+    for field in TOP_LEVEL | CHECK_FIELDS | RECORD_FIELDS | LEAF_FIELDS | TOLERANCE_FIELDS:
         assert f"`{field}`" in text, field
 
 
@@ -59,7 +66,11 @@ def test_table_shows_each_check_and_the_summary(seed):
     assert re.search(rf"gradients .* {wrong.max_abs:.2e} .* FAIL", text)
     assert f"{len(report.checks) - 1}/{len(report.checks)} checks passed" in text
     layer = next(iter(report.layers))
-    assert f"FAIL gradients (torch DP vs jax:explicit DP): worst leaf {layer}.kernel <b>" in text
+    assert "FAIL gradients (torch DP vs jax:explicit DP) [port]: 1 of 2 leaves fail\n" in text
+    assert re.search(rf"^  - port: `{layer}.kernel`: \|Δ\| .* <b> \[port\]$", text, re.M)  # each failing leaf
+    assert re.search(rf"│ +│ └ {layer}\.kernel +│ .* port +│", text)  # a row under the check per failing leaf
+    assert f"└ {layer}.bias ≤ atol 1e-06" in text  # a passing check: its worst leaf, beside its bound
+    assert "rtol 1e-05 (default for float32); atol derived per leaf" in text
 
 
 @drawn
@@ -70,6 +81,8 @@ def test_markdown_has_a_row_per_check_and_the_verdict(seed):
     rows = [line for line in text.splitlines() if line.startswith("| ") and ("PASS" in line or "FAIL" in line)]
     assert [row.split(" | ")[0] for row in rows] == [f"| {c.subject}" for c in report.checks]
     assert f"**FAILED**: {len(report.checks) - 1}/{len(report.checks)} checks passed." in text
+    assert "Failing leaves of gradients (torch DP vs jax:explicit DP), cause port:" in text
+    assert f"  - port: `{next(iter(report.layers))}.kernel`" in text
 
 
 @drawn
@@ -80,7 +93,7 @@ def test_html_is_self_contained_and_escapes_details(seed):
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
     for external in ("http://", "https://", "<script", "<link", "src=", "url("):
         assert external not in html
-    assert f"worst leaf {next(iter(report.layers))}.kernel &lt;b&gt;" in html
+    assert f"<li>port: `{next(iter(report.layers))}.kernel`: |Δ| " in html and "&lt;b&gt; [port]</li>" in html
     assert html.count("<tr class=fail>") == 1 and "FAILED" in html
 
 

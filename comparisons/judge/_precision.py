@@ -1,0 +1,67 @@
+"""float64 tells a port difference from rounding (docs/report_schema.md#causes).
+
+Each framework's float32 single-device run is measured against its own float64 run: that is the
+computation's rounding, leaf by leaf. A torch-vs-JAX leaf is then judged twice:
+- in float64 (both frameworks' float64 runs), at float64's rtol and the measured rounding scaled to
+  float64 (x eps64 / eps32): beyond it, the difference is the port's (**port**) and fails whatever
+  the float32 figure says;
+- in float32, the run's own figure, at the rtol and an atol that grows with the measured rounding: a
+  leaf that agrees in float64 differs by **rounding**, and fails only beyond that bound.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from comparisons.judge._numerics import TOLERANCES, flatten, hint, judge_leaves, summarise, with_cause
+from comparisons.verdicts import Check, Leaf
+
+_TO_FLOAT64 = float(np.finfo(np.float64).eps / np.finfo(np.float32).eps)
+
+
+def measured_rounding(float32_tree: Any, float64_tree: Any) -> dict[str, float]:
+    """{path: max |x32 - x64|} over the leaves both trees have with one shape (finite entries only)."""
+    low, high = flatten(float32_tree), flatten(float64_tree)
+    found = {}
+    for path, x in low.items():
+        y = high.get(path)
+        if y is None or y.shape != x.shape or not np.issubdtype(x.dtype, np.floating):
+            continue
+        diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
+        found[path] = float(diff.max(initial=0.0, where=np.isfinite(diff)))
+    return found
+
+
+def larger(*roundings: Mapping[str, float]) -> dict[str, float]:
+    """Per path, the larger rounding of the frameworks compared (a path either lacks is left out)."""
+    shared = set.intersection(*(set(r) for r in roundings)) if roundings else set()
+    return {path: max(r[path] for r in roundings) for path in shared}
+
+
+def judge_cross(subject: str, compared: str, float32: tuple[Any, Any], float64: tuple[Any, Any], tol: float, *,
+                atol: float | None, rounding: Mapping[str, float], sides: tuple[str, str]) -> Check:
+    """A torch-vs-JAX check with a cause on each leaf that differs: `float32` and `float64` are (actual,
+    expected) trees, `rounding` the larger measured float32 rounding per path."""
+    in32, rel_norm = judge_leaves(*float32, tol, atol=atol, rounding=rounding, sides=sides)
+    sides64 = ("jax float64", "torch float64")
+    scaled = {path: r * _TO_FLOAT64 for path, r in rounding.items()}
+    in64, _ = judge_leaves(*float64, TOLERANCES["float64"], rounding=scaled, sides=sides64)
+    by_path = {leaf.path: hint(subject, leaf, sides64) for leaf in in64}
+    leaves = [_cause(hint(subject, leaf, sides), by_path.get(leaf.path)) for leaf in in32]
+    return summarise(subject, compared, leaves, rel_norm, tol)
+
+
+def _cause(leaf: Leaf, in64: Leaf | None) -> Leaf:
+    if in64 is None or leaf.kind in ("shape", "dtype", "missing", "extra"):
+        return leaf  # nothing to weigh: the structure differs, or float64 has no such leaf
+    if not in64.passed:
+        return dataclasses.replace(leaf, passed=False, cause="port", kind=in64.kind,
+                                   message=f"port: {in64.message} (float32 |Δ| {leaf.max_abs or 0.0:.3g})")
+    if leaf.passed:
+        return with_cause(leaf, "rounding")
+    return dataclasses.replace(leaf, cause="rounding",
+                               message=f"rounding: agrees in float64 (|Δ| {in64.max_abs or 0.0:.3g}) but in float32 "
+                                       f"{leaf.message}, beyond the measured rounding bound")
