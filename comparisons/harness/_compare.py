@@ -104,7 +104,7 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     run = _inputs(pair, config)
     runs = _run_all(run, chosen, (torch_list, reference), jax_list, tick)
     tol = report.tolerance["rtol"]
-    float64 = _float64_reference(run, devices, jax_list[0]) if dtype == "float32" and precision != "off" else None
+    float64 = _float64_reference(run, devices, jax_list[0]) if _checks_in_float64(dtype, precision) else None
     tolerance = judge.Tolerance(tol, atol, float64, cross_cause="port" if dtype == "float64" else None)
     report.chunk_sizes = runs[0].chunk_sizes
     report.checks = judge.judge_runs(pair, runs, tolerance) + judge.conversion_checks(pair, config.seed, dtype)
@@ -120,9 +120,14 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
 PRECISIONS = ("float64-check", "off", "float64")
 
 
+def _checks_in_float64(dtype: str, precision: str) -> bool:
+    """Whether a float32 run gets its float64 twin (dtype float64 is that check itself; "off" skips it)."""
+    return dtype == "float32" and precision != "off"
+
+
 def tolerance_record(dtype: str, precision: str, rtol: float | None = None, atol: float | None = None) -> dict:
     """A report's `tolerance`: the bounds used and where each came from (docs/report_schema.md)."""
-    measured = dtype == "float32" and precision != "off"
+    measured = _checks_in_float64(dtype, precision)
     derived = ("derived per leaf: 8 x the leaf's float32 rounding measured against the float64 run, at least "
                "8 ulps of the subject's largest |value|" if measured else
                f"derived per leaf: rtol x the leaf's largest |value|, at least 8 ulps ({dtype}) of the subject's "
