@@ -245,7 +245,10 @@ def _run_distributed(args: argparse.Namespace, argv: Sequence[str] | None):
 
 
 def emit(report, fmt: str, out: str | None) -> None:
-    """The report as `fmt` on stdout (the table in colour on a terminal), or into the file `out`."""
+    """The report as `fmt` on stdout (the table in colour on a terminal), or into the file `out`.
+
+    The table takes a terminal's width; with none (a pipe, CI even where it forces colour) it is as wide as
+    it needs, so no row wraps."""
     from rich.console import Console
 
     from comparisons.render import print_table
@@ -253,11 +256,18 @@ def emit(report, fmt: str, out: str | None) -> None:
     if out is not None:
         _write(out, report.render(fmt))
     elif fmt == "table":
-        print_table(report, Console())
+        print_table(report, Console(), fit=not _is_terminal(sys.stdout))
     else:
         sys.stdout.write(report.render(fmt) + "\n")
     if fmt != "table":  # the verdicts on the terminal too, beside the report (not inside it)
         print(_summary(report), file=sys.stdout if out is not None else sys.stderr)
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
 
 
 def _summary(report) -> str:

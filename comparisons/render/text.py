@@ -67,22 +67,31 @@ def torch_device_words(report: ComparisonReport) -> str:
             "cuda": f"cuda:0..{last}"}.get(report.torch_devices, report.torch_devices)
 
 
-def to_table(report: ComparisonReport, width: int = 120) -> str:
-    """A rich table of the checks, as plain text (colours only when printed to a terminal)."""
+def to_table(report: ComparisonReport, width: int | None = None) -> str:
+    """A rich table of the checks, as plain text: `width` columns, or None for as wide as the table
+    needs (nothing wraps), as in a file or a pipe. Costs one pass over the checks."""
     from rich.console import Console
 
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width, force_terminal=False, color_system=None)
-    print_table(report, console)
+    console = Console(file=buffer, width=width or 80, force_terminal=False, color_system=None)
+    print_table(report, console, fit=width is None)
     return buffer.getvalue()
 
 
-def print_table(report: ComparisonReport, console: Any) -> None:
-    """Prints the table to a rich `console` (with colour when it is a terminal)."""
+def print_table(report: ComparisonReport, console: Any, fit: bool | None = None) -> None:
+    """Prints the table to a rich `console`, with colour when it is a terminal.
+
+    The verdict is the first column and no column is ever dropped or cut: in a narrow console the
+    check and compared cells wrap. `fit` (default: when the console is no terminal, e.g. under CI or
+    `| tee`) widens the console to the table's natural width, so every row stays one greppable line.
+    """
+    table = _rich_table(report)
+    if console.is_terminal is False if fit is None else fit:
+        console.width = max(console.width, console.measure(table, options=console.options.update_width(10**4)).maximum)
     # Prose lines are never wrapped (soft_wrap): a title would wrap at the table's width, a line at the
     # console's, and a wrapped path or number no longer greps.
     console.print(f"{headline(report)}; {tolerance_words(report)}", markup=False, soft_wrap=True)
-    console.print(_rich_table(report))
+    console.print(table)
     _print_footer(console, report)
 
 
@@ -90,19 +99,19 @@ def _rich_table(report: ComparisonReport):
     from rich.table import Table
 
     table = Table()
-    table.add_column("check", no_wrap=True)
-    table.add_column("compared", min_width=16)
+    table.add_column("verdict", no_wrap=True)  # first, so the narrowest terminal still shows it
+    table.add_column("check", overflow="fold")
+    table.add_column("compared", overflow="fold")
     for column in ("max |Δ|", "rel ‖Δ‖"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
     for check in report.checks:
         style = "green" if check.passed else "bold red"
-        table.add_row(check.subject, check.compared, format_number(check.max_abs),
-                      format_number(check.rel_norm), f"[{style}]{verdict(check)}[/]")
+        table.add_row(f"[{style}]{verdict(check)}[/]", check.subject, check.compared, format_number(check.max_abs),
+                      format_number(check.rel_norm))
         for leaf in shown_leaves(check):  # every failing leaf, else the worst passing one beside its bound
             bound = f" ≤ atol {leaf.atol:.0e}" if leaf.passed and leaf.atol is not None else ""
             word = "ok" if leaf.passed else f"[bold red]{leaf.cause or leaf.kind}[/]"
-            table.add_row("", f"└ {leaf.path}{bound}", format_number(leaf.max_abs), format_number(leaf.rel), word)
+            table.add_row(word, "", f"└ {leaf.path}{bound}", format_number(leaf.max_abs), format_number(leaf.rel))
     return table
 
 

@@ -63,12 +63,12 @@ def test_table_shows_each_check_and_the_summary(seed):
     text = report.render("table")
     wrong = _failing(report)
     assert "torch DP vs jax:explicit DP" in text
-    assert re.search(rf"gradients .* {wrong.max_abs:.2e} .* FAIL", text)
+    assert re.search(rf"^│ FAIL +│ gradients .* {wrong.max_abs:.2e} ", text, re.M)  # the verdict first
     assert f"{len(report.checks) - 1}/{len(report.checks)} checks passed" in text
     layer = next(iter(report.layers))
     assert "FAIL gradients (torch DP vs jax:explicit DP) [port]: 1 of 2 leaves fail\n" in text
     assert re.search(rf"^  - port: `{layer}.kernel`: \|Δ\| .* <b> \[port\]$", text, re.M)  # each failing leaf
-    assert re.search(rf"│ +│ └ {layer}\.kernel +│ .* port +│", text)  # a row under the check per failing leaf
+    assert re.search(rf"^│ port +│ +│ └ {layer}\.kernel +│", text, re.M)  # a row under the check per failing leaf
     assert f"└ {layer}.bias ≤ atol 1e-06" in text  # a passing check: its worst leaf, beside its bound
     assert "rtol 1e-05 (default for float32); atol derived per leaf" in text
 
