@@ -21,9 +21,11 @@ from _helpers_distributed import (
 )
 from _helpers_harness import run_cli
 from _helpers_signals import interruptible
+from _table_cells import COLUMNS, header, rows, squeezed, table_lines
 
 from comparisons import ComparisonError
 from comparisons.distributed.compare import compare_distributed
+from comparisons.render import to_table
 
 SEED = random.Random().randrange(1000)  # fresh weights and inputs each session; shown in test names
 JAX = "jax:multi-process"
@@ -72,6 +74,39 @@ def test_by_design_differences_are_named_and_measured_not_tolerated(report, subj
     check = by(report, subject, compared)
     assert check.passed and why in check.detail
     assert check.max_abs > 10 * check.tolerance  # really there, and its size is in the report
+
+
+def test_the_report_judges_to_the_documented_float32_tolerance(report):
+    # docs/distributed.md: "What must agree, to the report's tolerance (1e-5 in float32)"; never widened
+    assert report.tolerance["rtol"] == 1e-5 and report.tolerance["rtol_source"] == "default for float32"
+    assert report.tolerance["atol"] is None and report.tolerance["float64_rtol"] is None
+    assert {c.tolerance for c in report.checks if c.subject != "placement"} == {1e-5}
+
+
+@pytest.mark.parametrize("scale, present", [(0.0, False), (1e-7, False), (1e-2, True)],
+                         ids=["vanished", "below-tolerance", "there"])
+def test_a_by_design_difference_passes_only_while_it_is_there(scale, present):
+    from comparisons.distributed.judge import differs
+
+    rng = np.random.default_rng(SEED)
+    expected = {"w": rng.standard_normal((3, 2)).astype(np.float32)}
+    actual = {"w": expected["w"] + np.float32(scale) * np.sign(rng.standard_normal((3, 2))).astype(np.float32)}
+    check = differs("gradients", "torch DDP vs JAX multi-process", actual, expected, 1e-5, "groups")
+    assert check.subject == "gradients (by design)" and check.passed is present, check
+
+
+@pytest.mark.parametrize("width", [60, 80, 200, None], ids=["60", "80", "200", "no-terminal"])
+def test_the_multi_process_table_keeps_its_verdict_column_and_its_header_at_any_width(report, width):
+    text = to_table(report, width=width)  # None: as wide as the table needs, as in a pipe or a file
+    assert header(text) == COLUMNS, text
+    checks = [r for r in rows(text) if r[1]]  # a check's row (leaf rows have no check cell)
+    assert [(r[0], r[1], r[2]) for r in checks] == [
+        ("PASS" if c.passed else "FAIL", squeezed(c.subject), squeezed(c.compared)) for c in report.checks], text
+    lines = [line for line in table_lines(text) if line.startswith("│")]
+    if width is None:
+        assert len(lines) == len(rows(text))  # one line per row
+    else:
+        assert all(len(line) <= width for line in table_lines(text))
 
 
 def test_placement_records_say_which_process_holds_each_tensor(report):
