@@ -139,15 +139,45 @@ def test_a_launch_starts_once():
         assert len(run.wait()) == 1
 
 
-def test_a_dead_launchers_result_folder_is_removed_by_the_next_launch(tmp_path, monkeypatch):
+def test_a_dead_launchers_result_folder_is_removed_and_live_launchers_folders_are_left_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    dead = tmp_path / f"dp_compare_run_{_dead_pid()}_torch_abc"
-    alive_folder = tmp_path / f"dp_compare_run_{os.getpid()}_jax_def"
-    for folder in (dead, alive_folder):
-        folder.mkdir()
-        (folder / "rank0.err").write_text("old")
-    launch([*WORKERS, "env"], 1, side="torch", timeout=60)
-    assert not dead.exists() and alive_folder.exists()
+    other_launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # live, not us
+    try:
+        dead = tmp_path / f"dp_compare_run_{_dead_pid()}_torch_abc"
+        live = [tmp_path / f"dp_compare_run_{pid}_{side}_def" for pid, side in ((os.getpid(), "jax"),
+                                                                               (other_launcher.pid, "torch"))]
+        for folder in (dead, *live):
+            folder.mkdir()
+            (folder / "rank0.err").write_text("old")
+        launch([*WORKERS, "env"], 1, side="torch", timeout=60)
+        assert not dead.exists()
+        assert all((folder / "rank0.err").read_text() == "old" for folder in live)
+    finally:
+        other_launcher.kill()
+        other_launcher.wait()
+
+
+def test_stopping_a_rank_ends_its_whole_process_group_children_that_ignore_sigterm_included(tmp_path):
+    run = Launch([*WORKERS, "stubborn"], 1, side="torch", timeout=60, env={"PID_DIR": str(tmp_path)})
+    child = None
+    try:
+        with run:
+            rank, = wait_for_pids(tmp_path, 1)
+            child = _wait_for_pid_file(tmp_path / "child0.pid")
+            assert alive(rank) and alive(child)
+        assert wait_until_dead([rank, child]) == []
+    finally:
+        if child is not None and alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def _wait_for_pid_file(path, timeout: float = 60.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return int(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError(f"{path} was not written within {timeout} s")
 
 
 def _dead_pid() -> int:
