@@ -84,3 +84,34 @@ def test_only_the_padded_replicas_input_may_differ_in_size(n):
     check = compare_placement(pair, torch_map, padded, "jax:sharded")
     assert not check.passed and f"replica {last} input args.0: size" in check.detail
     assert not compare_placement(pair, torch_map, padded, "jax:sharded", padded_replica=0).passed
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_replica_0_layer_with_one_tensor_shared_and_one_copied_fails_both_verdicts(n):
+    # real arrays: replica 0's kernel stays the original's memory, its bias becomes a copy on the same device
+    pair, torch_map, _ = placements(n, seed=17 + n)
+    _, _, variables = pair.build(seed=17 + n)
+    devices = jax.devices()[:n]
+    variables = jax.device_put(variables, devices[0])
+    replicas = dp_jax.replicate(variables, devices)
+    layer = sorted(variables["params"])[n % len(variables["params"])]
+    replicas[0]["params"][layer]["bias"] = jax.device_put(np.array(variables["params"][layer]["bias"]), devices[0])
+    jax_map = placement_of(replicas, devices, original=variables, per_replica=True)
+    records = {r.path: r.aliases_original for r in jax_map if r.replica == 0}
+    assert records[f"params.{layer}.kernel"] is True and records[f"params.{layer}.bias"] is False
+    torch_replicas = PlacementMap(tuple(r for r in torch_map if r.role != "input"))  # this jax_map has no inputs
+    placement = compare_placement(pair, torch_replicas, jax_map, "jax:explicit")
+    assert not placement.passed  # the layer as a whole does not share replica 0's memory as torch's does
+    assert f"replica 0 param params.{layer}: aliases_original True != False" in placement.detail
+    aliasing = check_aliasing(jax_map, "jax:explicit")
+    assert not aliasing.passed and f"replica 0 params.{layer}.bias: aliases_original=False" in aliasing.detail
+
+
+def test_a_later_replica_whose_weight_shares_the_originals_memory_fails_the_aliasing_verdict():
+    torch.manual_seed(int(np.random.default_rng().integers(1000)))
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    replicas = dp_torch.replicate(model, ["cpu"] * 3)
+    replicas[2][0].weight = model[0].weight  # shares; its bias stays replicate's copy
+    placement = placement_of(replicas, ["cpu"] * 3, original=model)
+    check = check_aliasing(placement, "torch")
+    assert not check.passed and check.detail == "replica 2 0.weight: aliases_original=True"
