@@ -159,3 +159,14 @@ def test_rows_pair_torch_tensors_with_flax_ones_and_keep_leftovers_by_their_laye
         (("input", "args.0"), ("input", "args.0")),
         (None, ("param", "params.extra.kernel")),  # no layer in the mapping: last
     ]
+
+
+@drawn
+@given(seed=SEEDS)
+def test_a_report_with_no_checks_is_not_ok_in_any_format(seed):
+    report = small_report(passed=True, seed=seed)
+    assert report.ok  # the same report with its checks is
+    report.checks = []
+    assert not report.ok
+    assert json.loads(report.render("json"))["ok"] is False
+    assert "**FAILED**: 0/0 checks passed." in report.render("markdown")
