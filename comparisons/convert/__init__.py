@@ -13,6 +13,7 @@ from comparisons.convert._convert import (
     ConversionError,
     Layer,
     Rule,
+    channels_last,
     flax_grads_to_torch,
     flax_momentum,
     flax_to_torch,
@@ -23,4 +24,4 @@ from comparisons.convert._convert import (
 )
 
 __all__ = ["RULES", "Activations", "ConversionError", "Layer", "Rule", "flax_grads_to_torch", "flax_momentum",
-           "flax_to_torch", "kind_of", "register_rule", "torch_grads_to_flax", "torch_to_flax"]
+           "flax_to_torch", "channels_last", "kind_of", "register_rule", "torch_grads_to_flax", "torch_to_flax"]

@@ -26,14 +26,15 @@ class Activations:
     """How one layer kind's activations line up, torch -> Flax, for the per-layer view.
 
     Attributes:
-      to_flax: a torch-layout activation (its first tensor input, or its first tensor output) -> the Flax
-        layout; conv and BatchNorm move channels last, the rest keep the layout.
+      inputs / outputs: a torch-layout activation (the layer's first tensor input / its first tensor output)
+        -> the Flax layout; conv and BatchNorm move channels last, the rest keep the layout.
       flax_module: which Flax module's call is the torch module's: "" the mapped path itself, ".." its
         parent (an LSTM: Flax maps the weights to the cell, called once per step inside `nn.RNN`, while
         torch's `nn.LSTM` is the whole recurrence).
     Tuples are read at their first tensor on both sides (an LSTM's (states, (h, c)), an MHA's (out, weights)).
     """
-    to_flax: Callable[[np.ndarray], np.ndarray] = _same
+    inputs: Callable[[np.ndarray], np.ndarray] = _same
+    outputs: Callable[[np.ndarray], np.ndarray] = _same
     flax_module: str = ""
 
 
@@ -183,12 +184,12 @@ RULES: dict[str, Rule] = {
     "linear": Rule(("weight", "bias"), ("weight",), (), _dense_to_flax, _dense_to_torch,
                    flax_names={"weight": "kernel"}),
     "conv": Rule(("weight", "bias"), ("weight",), (), _conv_to_flax, _conv_to_torch, flax_names={"weight": "kernel"},
-                 activations=Activations(channels_last)),
+                 activations=Activations(channels_last, channels_last)),
     "batchnorm": Rule(("weight", "bias", "running_mean", "running_var", "num_batches_tracked"),
                        ("running_mean", "running_var"), ("running_mean", "running_var"),
                        *_renamer(_NORM_PAIRS + _BN_STATS),
                        flax_names={"weight": "scale", "running_mean": "mean", "running_var": "var"},
-                       activations=Activations(channels_last)),
+                       activations=Activations(channels_last, channels_last)),
     "layernorm": Rule(("weight", "bias"), (), (), *_renamer(_NORM_PAIRS), flax_names={"weight": "scale"}),
     "embedding": Rule(("weight",), ("weight",), (), *_renamer((("weight", ("params", "embedding")),)),
                       flax_names={"weight": "embedding"}),

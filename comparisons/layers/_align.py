@@ -59,7 +59,7 @@ def _value(layer: Layer, call: Call | None, name: str, *, torch: bool = False) -
     value = None if call is None else getattr(call, name)
     if value is None or not torch:
         return value
-    return RULES[layer.kind].activations.to_flax(value)
+    return getattr(RULES[layer.kind].activations, name + "s")(value)
 
 
 def judge_side(path: str, torch32, flax32, torch64, flax64, tol: tuple[float, float | None],
@@ -69,9 +69,23 @@ def judge_side(path: str, torch32, flax32, torch64, flax64, tol: tuple[float, fl
         absent = "torch" if torch32 is None else "Flax"
         return Side(None, None, "missing", message=f"`{path}`: no value on the {absent} side (no call, a call "
                     "without a tensor, or one inside a JAX transform such as nn.scan)")
+    torch32, flax32 = broadcast(torch32, flax32)
+    torch64, flax64 = broadcast(torch64, flax64)
     return side_of(judge_trees(path, ({path: flax32}, {path: torch32}),
                                None if not measured or torch64 is None or flax64 is None
                                else ({path: flax64}, {path: torch64}), tol), measured)
+
+
+def broadcast(a: np.ndarray | None, b: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Both sides at their common shape when one holds a size-1 axis the other spells out (GPT-2's position
+    ids: torch's (1, T) beside Flax's (B, T)): every row is then compared with the one row; else unchanged."""
+    if a is None or b is None or a.shape == b.shape or a.ndim != b.ndim:
+        return a, b
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        return a, b  # a real shape mismatch: judged (and failed) as one
+    return np.broadcast_to(a, shape), np.broadcast_to(b, shape)
 
 
 def judge_trees(subject: str, float32: tuple[Any, Any], float64: tuple[Any, Any] | None,

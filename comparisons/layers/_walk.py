@@ -66,8 +66,8 @@ def _figure(side: Side) -> str:
 
 
 def _differs(side: Side) -> str:
-    if side.verdict == "missing":
-        return f"is missing ({side.message})"
+    if side.verdict == "missing" or side.max_abs is None:
+        return f"{'is missing' if side.verdict == 'missing' else 'differs'} ({side.message})"
     return f"differs by {_figure(side)}" + (f" ({side.cause})" if side.cause else "")
 
 
