@@ -17,7 +17,7 @@ def needs_layer_view(checks: Sequence[Check]) -> bool:
 
 def add_layer_view(report: ComparisonReport, run: RunInputs, devices: tuple[Sequence[Any], Sequence[Any]],
                    tol: tuple[float, float | None], float64: bool) -> None:
-    """Fill `layer_view`, `first_divergence` and `replica_divergences` of `report`, and say so in a note.
+    """Fill `layer_view`, `first_divergence` and `replica_divergences` of `report` (every rendering shows them).
 
     Costs the view's forwards (layers.layer_view) and one forward per chunk per backend for the replicas."""
     rtol, atol = tol
@@ -25,7 +25,3 @@ def add_layer_view(report: ComparisonReport, run: RunInputs, devices: tuple[Sequ
     report.layer_view = view.row_dicts()
     report.first_divergence = view.first_divergence
     report.replica_divergences = layers.replica_divergences(run, *devices, rtol=rtol, atol=atol)
-    where = view.first_divergence
-    report.notes.append("layer view: " + (where["message"] if where else
-                                          f"torch and Flax agree at every one of {len(view.rows)} layer calls"))
-    report.notes += [record["message"] for record in report.replica_divergences]
