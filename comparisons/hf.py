@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from comparisons.convert import RULES, Rule, register_rule
+from comparisons.convert import RULES, Activations, Rule, channels_last, register_rule
 from comparisons.errors import ComparisonError, UsageTypeError
 from comparisons.models.derive import FlaxApply, pair_from_modules
 from comparisons.models.pair import ModelPair
@@ -64,7 +64,8 @@ _VIT_EMBEDDINGS = ("cls_token", "position_embeddings", "mask_token")
 _RULES = {
     "hf_conv1d": (Rule(("weight", "bias"), ("weight",), (), _conv1d_to_flax, _conv1d_to_torch),
                   ("transformers.pytorch_utils.Conv1D",)),
-    "hf_vit_embeddings": (Rule(_VIT_EMBEDDINGS, ("cls_token", "position_embeddings"), (), *_bare(_VIT_EMBEDDINGS)),
+    "hf_vit_embeddings": (Rule(_VIT_EMBEDDINGS, ("cls_token", "position_embeddings"), (), *_bare(_VIT_EMBEDDINGS),
+                                activations=Activations(inputs=channels_last)),  # pixel values NCHW -> NHWC
                           ("transformers.models.vit.modeling_vit.ViTEmbeddings",)),
 }
 

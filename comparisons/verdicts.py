@@ -18,7 +18,7 @@ from comparisons.errors import UsageError
 if TYPE_CHECKING:
     from comparisons.placement import PlacementMap
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +82,10 @@ class ComparisonReport:
     notes: list[str] = dataclasses.field(default_factory=list)
     layers: dict[str, str] = dataclasses.field(default_factory=dict)  # torch layer -> Flax layer path
     precision: str = "off"  # "off", "float64-check" (a float64 run tells port from rounding) or "float64"
+    # The layer view (docs/report_schema.md#layer-view); None when it did not run.
+    layer_view: list[dict[str, Any]] | None = None  # one row per call of a mapped layer, torch beside Flax
+    first_divergence: dict[str, Any] | None = None  # where torch and Flax first part; None: nowhere
+    replica_divergences: list[dict[str, Any]] | None = None  # replicas computing unlike one device on their chunk
 
     @property
     def ok(self) -> bool:

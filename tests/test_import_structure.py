@@ -95,6 +95,7 @@ LAYERS = (
     ("comparisons.models",),
     ("comparisons.runs",),
     ("comparisons.judge",),
+    ("comparisons.layers",),
     ("comparisons.harness", "comparisons.render", "comparisons.report", "comparisons.hf"),
     ("comparisons", "comparisons.__main__", "comparisons.cli", "comparisons.distributed", "comparisons.doctor"),
 )

@@ -73,11 +73,15 @@ def _main(argv: Sequence[str] | None) -> int:
             settings = dict(pair=_model_name(args, pair), batch_size=args.batch, devices=args.devices,
                             strategies=_strategy_list(args.strategy), steps=args.steps, optimizer=args.optimizer,
                             dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices,
-                            padding=args.padding, precision=args.precision, rtol=args.rtol, atol=args.atol)
+                            padding=args.padding, precision=args.precision, rtol=args.rtol, atol=args.atol,
+                            layers=args.layers)
             fmt, out, html_out = args.format, args.out, None
         for path, flag in ((out, "--out"), (html_out, "--out")):
             if path is not None:
                 _check_writable(path, flag)
+        if getattr(args, "processes", None) is not None and getattr(args, "layers", False):
+            raise UsageError("run: --layers with --processes is not supported: the layer view runs in one "
+                             "process; drop --processes to see it")
         report = (_run_distributed(args, argv) if getattr(args, "processes", None) is not None \
             else _run(settings))
     except _usage_errors() as error:  # ComparisonError, ConversionError, UserPairError, the backends' refusals
@@ -172,6 +176,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--padding", action="store_true",
                      help="also measure what padding the last chunk (a pmap port) would change: labelled "
                           "'padding' notes, never judged")
+    run.add_argument("--layers", action="store_true",
+                     help="show the layer view: every mapped layer torch beside Flax, the first divergence, each "
+                          "replica against one device (added anyway when a torch-vs-JAX check fails)")
     run.add_argument("--dtype", default="float32", help="float32 or float64 (default float32)")
     run.add_argument("--precision", default="float64-check", choices=("float64-check", "off", "float64"),
                      help="float64-check (default): also run both frameworks single-device in float64 to tell a "

@@ -1,16 +1,19 @@
 """Weights between a torch `state_dict` and Flax linen variables, layer by layer, both ways.
 
     _convert.py  Layer, the four conversions (weights and gradients, each way), register_rule
-    _rules.py    one exact Rule per layer kind (linear, conv, batchnorm, layernorm, embedding, mha, lstm)
+    _rules.py    one exact Rule per layer kind (linear, conv, batchnorm, layernorm, embedding, mha, lstm),
+                 with its Activations (the layout of its inputs and outputs)
 
 The bottom layer of comparisons beside `verdicts` and `placement`; imports neither torch nor JAX.
 The table of kinds and layouts is in `_convert.py`'s docstring.
 """
 from comparisons.convert._convert import (
     RULES,
+    Activations,
     ConversionError,
     Layer,
     Rule,
+    channels_last,
     flax_grads_to_torch,
     flax_momentum,
     flax_to_torch,
@@ -20,5 +23,5 @@ from comparisons.convert._convert import (
     torch_to_flax,
 )
 
-__all__ = ["RULES", "ConversionError", "Layer", "Rule", "flax_grads_to_torch", "flax_momentum", "flax_to_torch",
-           "kind_of", "register_rule", "torch_grads_to_flax", "torch_to_flax"]
+__all__ = ["RULES", "Activations", "ConversionError", "Layer", "Rule", "flax_grads_to_torch", "flax_momentum",
+           "flax_to_torch", "channels_last", "kind_of", "register_rule", "torch_grads_to_flax", "torch_to_flax"]

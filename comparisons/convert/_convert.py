@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from comparisons.convert._rules import RULES, TORCH_TYPES, Rule, type_name
+from comparisons.convert._rules import RULES, TORCH_TYPES, Activations, Rule, channels_last, type_name
 from comparisons.errors import UsageError, UsageTypeError
 from comparisons.placement import canonical_path
 
-__all__ = ["ConversionError", "Layer", "Rule", "flax_grads_to_torch", "flax_momentum", "flax_to_torch",
-           "kind_of", "register_rule", "torch_grads_to_flax", "torch_to_flax"]
+__all__ = ["Activations", "ConversionError", "Layer", "Rule", "channels_last", "flax_grads_to_torch", "flax_momentum",
+           "flax_to_torch", "kind_of", "register_rule", "torch_grads_to_flax", "torch_to_flax"]
 
 
 _BUILTIN_KINDS = frozenset(RULES)

@@ -12,6 +12,32 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+def _same(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def channels_last(x: np.ndarray) -> np.ndarray:
+    """torch's (N, C, *spatial) activation in Flax's (N, *spatial, C); a 2-D (N, C) one is unchanged."""
+    return np.moveaxis(x, 1, -1) if x.ndim >= 3 else x
+
+
+@dataclass(frozen=True)
+class Activations:
+    """How one layer kind's activations line up, torch -> Flax, for the per-layer view.
+
+    Attributes:
+      inputs / outputs: a torch-layout activation (the layer's first tensor input / its first tensor output)
+        -> the Flax layout; conv and BatchNorm move channels last, the rest keep the layout.
+      flax_module: which Flax module's call is the torch module's: "" the mapped path itself, ".." its
+        parent (an LSTM: Flax maps the weights to the cell, called once per step inside `nn.RNN`, while
+        torch's `nn.LSTM` is the whole recurrence).
+    Tuples are read at their first tensor on both sides (an LSTM's (states, (h, c)), an MHA's (out, weights)).
+    """
+    inputs: Callable[[np.ndarray], np.ndarray] = _same
+    outputs: Callable[[np.ndarray], np.ndarray] = _same
+    flax_module: str = ""
+
+
 @dataclass(frozen=True)
 class Rule:
     """How one layer kind converts: the torch suffixes it reads, and the functions each way.
@@ -24,6 +50,8 @@ class Rule:
         -> numpy array, `check(ok, name, shape, expected)` raises a ConversionError naming the layer.
       to_torch: (leaves, layer, check) -> {suffix: array}, the inverse.
       grads_to_flax / grads_to_torch: for gradients, when they convert unlike the weights.
+      activations: how the layer's inputs and outputs line up, torch -> Flax (comparisons.layers reads it):
+        the activation layout beside the weight layout, so a registered rule brings its own.
       flax_names: torch suffix -> the Flax leaf (dotted, under the layer) it becomes one to one,
         e.g. {'weight': 'kernel'}; how a report lines a torch tensor up with its Flax twin. A suffix
         with no single Flax leaf (an MHA's packed in_proj) is left out; a suffix not listed lines up
@@ -38,6 +66,7 @@ class Rule:
     grads_to_flax: Callable[..., dict] | None = None
     grads_to_torch: Callable[..., dict] | None = None
     flax_names: Mapping[str, str] = field(default_factory=dict)
+    activations: Activations = Activations()
 
 
 def _dense_to_flax(t, layer, check):
@@ -154,11 +183,13 @@ def _lstm_to_torch(f, layer, check, grads=False):
 RULES: dict[str, Rule] = {
     "linear": Rule(("weight", "bias"), ("weight",), (), _dense_to_flax, _dense_to_torch,
                    flax_names={"weight": "kernel"}),
-    "conv": Rule(("weight", "bias"), ("weight",), (), _conv_to_flax, _conv_to_torch, flax_names={"weight": "kernel"}),
+    "conv": Rule(("weight", "bias"), ("weight",), (), _conv_to_flax, _conv_to_torch, flax_names={"weight": "kernel"},
+                 activations=Activations(channels_last, channels_last)),
     "batchnorm": Rule(("weight", "bias", "running_mean", "running_var", "num_batches_tracked"),
                        ("running_mean", "running_var"), ("running_mean", "running_var"),
                        *_renamer(_NORM_PAIRS + _BN_STATS),
-                       flax_names={"weight": "scale", "running_mean": "mean", "running_var": "var"}),
+                       flax_names={"weight": "scale", "running_mean": "mean", "running_var": "var"},
+                       activations=Activations(channels_last, channels_last)),
     "layernorm": Rule(("weight", "bias"), (), (), *_renamer(_NORM_PAIRS), flax_names={"weight": "scale"}),
     "embedding": Rule(("weight",), ("weight",), (), *_renamer((("weight", ("params", "embedding")),)),
                       flax_names={"weight": "embedding"}),
@@ -169,7 +200,8 @@ RULES: dict[str, Rule] = {
                   ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"), (),
                   _lstm_to_flax, _lstm_to_torch,
                   lambda tensors, layer, check: _lstm_to_flax(tensors, layer, check, grads=True),
-                  lambda leaves, layer, check: _lstm_to_torch(leaves, layer, check, grads=True)),
+                  lambda leaves, layer, check: _lstm_to_torch(leaves, layer, check, grads=True),
+                  activations=Activations(flax_module="..")),
 }
 
 

@@ -41,6 +41,13 @@ def progress(value: Any) -> Callable[[str, int], None] | None:
     return value
 
 
+def flag(name: str, value: Any) -> bool:
+    """`value` when it is a bool (not 1, "yes" or None)."""
+    if not isinstance(value, bool):
+        raise ComparisonError(f"compare: {name}={value!r}{_type_of(value)} is not a bool; pass True or False")
+    return value
+
+
 def strategy_names(value: Any) -> Any:
     """None or a sequence of names; one bare string is refused (it would iterate letter by letter)."""
     if isinstance(value, str):

@@ -15,6 +15,7 @@ from typing import Any
 from comparisons import judge
 from comparisons.errors import ComparisonError
 from comparisons.harness import _arguments as check
+from comparisons.harness._layers import add_layer_view, needs_layer_view
 from comparisons.placement import canonical_path
 from comparisons.runs import (
     OPTIMIZERS,
@@ -51,7 +52,7 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
             steps: int = 2, optimizer: str = "sgd", dtype: str = "float32", seed: int = 0,
             torch_devices: str = "auto", progress: Callable[[str, int], None] | None = None,
             padding: bool = False, precision: str = "float64-check", rtol: float | None = None,
-            atol: float | None = None) -> ComparisonReport:
+            atol: float | None = None, layers: bool = False) -> ComparisonReport:
     """Compare dp_torch and dp_jax on `pair` (a ModelPair or a registered name); returns the report.
 
     Args:
@@ -70,6 +71,9 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
         alone) or "float64" (everything in float64, as dtype="float64").
       rtol, atol: the element-wise bound |a - b| <= atol + rtol |b| of every leaf; None: rtol per dtype
         (1e-5, 1e-12) and atol derived per leaf (docs/report_schema.md#leaves).
+      layers: add the layer view (every mapped layer torch beside Flax, the first divergence, each replica
+        against one device on its chunk; docs/debugging_a_port.md). Without it, the view is added whenever a
+        torch-vs-JAX check fails: one more forward per side (and per chunk for the replicas).
     Every argument is checked before any work runs. JAX gets max(8, devices) CPU devices when it
     has not started yet (else the error says how). Compiles one JAX program per strategy and chunk
     shape; float64 runs JAX under jax.enable_x64 (scoped to this call).
@@ -83,6 +87,7 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     _choice("torch_devices", torch_devices, ("auto", *TORCH_DEVICES))
     check.progress(progress)
     devices = check.positive("devices", devices)
+    check.flag("layers", layers)
     if not isinstance(padding, bool):
         raise ComparisonError(f"compare: padding={padding!r} is not a bool; pass True to measure what padding "
                               "the last chunk would change, or False")
@@ -114,6 +119,9 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     report.notes += judge.declared_notes(pair, runs)
     if padding:
         report.notes += _padding_section(run, chosen, runs[0], jax_list, tol)
+    if layers or needs_layer_view(report.checks):
+        with _jax_precision(dtype):
+            add_layer_view(report, run, (torch_list, jax_list), (tol, atol), float64 is not None)
     return report
 
 

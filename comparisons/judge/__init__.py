@@ -16,9 +16,9 @@ from comparisons.judge._declared import notes as declared_notes
 from comparisons.judge._numerics import TOLERANCES, compare_trees, flatten
 from comparisons.judge._padding import padding_notes
 from comparisons.judge._placement import check_aliasing, compare_placement, layer_of
-from comparisons.judge._precision import measured_rounding
+from comparisons.judge._precision import judge_cross, larger, measured_rounding
 from comparisons.judge._runs import SUBJECTS, Tolerance, judge_runs, parametrisation_note
 
 __all__ = ["SUBJECTS", "TOLERANCES", "Tolerance", "check_aliasing", "compare_placement", "compare_trees",
-           "conversion_checks", "cross", "declared_checks", "declared_notes", "flatten", "judge_runs", "layer_of",
-           "measured_rounding", "padding_notes", "parametrisation_note"]
+           "conversion_checks", "cross", "declared_checks", "declared_notes", "flatten", "judge_cross", "judge_runs",
+           "larger", "layer_of", "measured_rounding", "padding_notes", "parametrisation_note"]

@@ -10,6 +10,7 @@ from html import escape
 
 from comparisons.judge import layer_of
 from comparisons.placement import PlacementMap
+from comparisons.render.layers import layer_section_html
 from comparisons.render.rows import aligned_rows
 from comparisons.render.text import format_number, headline, leaf_lines, tolerance_words, verdict, worst_leaf
 from comparisons.verdicts import ComparisonReport
@@ -48,6 +49,7 @@ def render_html(report: ComparisonReport) -> str:
         f"|Δ| ≤ atol + rtol·|b|): {escape(tolerance_words(report))}. "
         f"{len(report.checks) - len(report.failures)}/{len(report.checks)} checks passed.</p>",
         *(f"<p class=note>note: {escape(note)}</p>" for note in report.notes),
+        layer_section_html(report),
         "<h2>Checks</h2>", _scroll(_check_table(report)),
         "<h2>Placement: device × tensor</h2>", _legend(report), _scroll(_grids(report)), _process_grids(report),
         "</body></html>",

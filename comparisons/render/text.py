@@ -7,11 +7,9 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from comparisons.render.layers import layer_markdown, print_layer_table
+from comparisons.render.numbers import format_number
 from comparisons.verdicts import Check, ComparisonReport
-
-
-def format_number(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2e}"
 
 
 def verdict(check: Check) -> str:
@@ -92,6 +90,7 @@ def print_table(report: ComparisonReport, console: Any, fit: bool | None = None)
     # console's, and a wrapped path or number no longer greps.
     console.print(f"{headline(report)}; {tolerance_words(report)}", markup=False, soft_wrap=True)
     console.print(table)
+    print_layer_table(report, console)
     _print_footer(console, report)
 
 
@@ -144,6 +143,7 @@ def to_markdown(report: ComparisonReport) -> str:
     lines += [line for check, leaves in failing
               for line in ["", f"Failing leaves of {check.subject} ({check.compared})"
                            + (f", cause {check.cause}" if check.cause else "") + ":", *leaves]]
+    lines += layer_markdown(report)
     lines += ["", *(f"- note: {note}" for note in report.notes), "",
               f"**{'OK' if report.ok else 'FAILED'}**: {len(report.checks) - len(report.failures)}"
               f"/{len(report.checks)} checks passed.", ""]

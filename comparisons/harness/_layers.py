@@ -1,0 +1,27 @@
+"""The layer view in a comparison: when it runs, and what it writes into the report."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from comparisons import layers
+from comparisons.judge import SUBJECTS
+from comparisons.runs import RunInputs
+from comparisons.verdicts import Check, ComparisonReport
+
+
+def needs_layer_view(checks: Sequence[Check]) -> bool:
+    """Whether a torch-vs-JAX numeric check failed: then the view is added without being asked for."""
+    return any(not c.passed and c.subject in SUBJECTS and c.compared.startswith("torch DP vs jax") for c in checks)
+
+
+def add_layer_view(report: ComparisonReport, run: RunInputs, devices: tuple[Sequence[Any], Sequence[Any]],
+                   tol: tuple[float, float | None], float64: bool) -> None:
+    """Fill `layer_view`, `first_divergence` and `replica_divergences` of `report` (every rendering shows them).
+
+    Costs the view's forwards (layers.layer_view) and one forward per chunk per backend for the replicas."""
+    rtol, atol = tol
+    view = layers.layer_view(run, report.checks, rtol=rtol, atol=atol, float64=float64)
+    report.layer_view = view.row_dicts()
+    report.first_divergence = view.first_divergence
+    report.replica_divergences = layers.replica_divergences(run, *devices, rtol=rtol, atol=atol)

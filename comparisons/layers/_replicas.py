@@ -1,0 +1,116 @@
+"""Replica by replica: each replica's layers against the single-device run on its chunk, in both backends.
+
+The same recorders as the layer view: torch's hooks see every replica `dp_torch.replicate` made (told apart
+by module identity) while `dp_torch.parallel_apply` runs them in threads; JAX's interceptor sees each
+replica's eager call on its own device, on the chunk `dp_jax.scatter` gave it, with the variables
+`dp_jax.replicate` committed there. A replica whose layers compute differently from one device on the same
+chunk (it reads another replica's tensor, keeps state across calls, depends on its device) is named with its
+device and its first differing layer.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from comparisons.judge import compare_trees
+from comparisons.layers._align import pair_calls
+from comparisons.layers._capture import flax_interceptor, torch_hooks
+from comparisons.layers._forward import build
+from comparisons.layers._records import Call
+from comparisons.placement import canonical_path
+from comparisons.runs import RunInputs
+
+
+def replica_divergences(run: RunInputs, torch_devices: Sequence[Any], jax_devices: Sequence[Any], *,
+                        rtol: float, atol: float | None = None) -> list[dict[str, Any]]:
+    """One record per replica (torch's, then JAX's) whose layers differ from one device on its chunk.
+
+    Costs one forward per chunk per backend on the replicas and as many on one device, eagerly (JAX op by
+    op), in the run's dtype; the pair is built once more per backend.
+    """
+    tol = (rtol, atol)
+    return _torch_replicas(run, list(torch_devices), tol) + _jax_replicas(run, list(jax_devices), tol)
+
+
+def _torch_replicas(run: RunInputs, devices: list, tol) -> list[dict[str, Any]]:
+    import torch
+
+    import dp_torch
+
+    mapping, dim = run.pair.mapping, run.config.dim
+    module, _, _ = build(run, run.config.dtype)
+    pristine = copy.deepcopy(module)  # the single-device runs start from the weights and buffers replicas do
+    module = module.to(devices[0]).train()
+    x = tuple(torch.from_numpy(np.ascontiguousarray(a)).to(devices[0]) for a in run.inputs)
+    chunks = dp_torch.scatter(x, devices, dim)
+    used = devices[:len(chunks)]
+    with torch.no_grad():
+        replicas = dp_torch.replicate(module, used)
+        owner = {id(part): i for i, replica in enumerate(replicas) for part in replica.modules()}
+        with torch_hooks(module, mapping, lambda part: owner.get(id(part))) as calls:
+            dp_torch.parallel_apply(replicas, chunks, devices=used)
+        singles = []
+        for chunk in chunks:
+            alone = copy.deepcopy(pristine).train()
+            with torch_hooks(alone, mapping) as single_calls:
+                alone(*(t.to("cpu") for t in chunk))
+            singles.append(list(single_calls))
+    return _named("torch", mapping, list(calls), singles, used, tol)
+
+
+def _jax_replicas(run: RunInputs, devices: list, tol) -> list[dict[str, Any]]:
+    import jax
+
+    import dp_jax
+
+    pair = run.pair
+    _, flax_module, variables = build(run, run.config.dtype)
+    mutable = ["batch_stats"] if pair.has_batch_stats else False
+    chunks = dp_jax.scatter(tuple(pair.to_flax_inputs(run.inputs)), devices, run.config.dim)
+    replicas = dp_jax.replicate(variables, devices[:len(chunks)])
+    calls, singles = [], []
+    home = jax.device_put(variables, devices[0])
+    with jax.default_matmul_precision("highest"):
+        for i, (replica, chunk) in enumerate(zip(replicas, chunks)):
+            with flax_interceptor(pair.mapping, replica=i) as replica_calls:
+                flax_module.apply(replica, *chunk, train=True, mutable=mutable)
+            calls += replica_calls
+            with flax_interceptor(pair.mapping) as single_calls:
+                flax_module.apply(home, *jax.device_put(chunk, devices[0]), train=True, mutable=mutable)
+            singles.append(list(single_calls))
+    return _named("jax", pair.mapping, calls, singles, devices[:len(chunks)], tol)
+
+
+def _named(backend: str, mapping, calls: list[Call], singles: list[list[Call]], devices: list, tol) -> list[dict]:
+    found = []
+    for i, single in enumerate(singles):
+        mine = [call for call in calls if call.replica == i]
+        record = _first_difference(backend, mapping, pair_calls(mine, single), i, devices[i], tol)
+        if record is not None:
+            found.append(record)
+    return found
+
+
+def _first_difference(backend: str, mapping, pairs, replica: int, device: Any, tol) -> dict[str, Any] | None:
+    rtol, atol = tol
+    for layer_index, k, mine, single in pairs:
+        layer = mapping[layer_index]
+        for side in ("input", "output"):
+            path = f"{layer.torch}.{side}"
+            a, b = (None if call is None else getattr(call, side) for call in (mine, single))
+            if a is None and b is None:
+                continue
+            check = None if a is None or b is None else compare_trees(
+                path, "replica vs single", {path: a}, {path: b}, rtol, atol=atol,
+                sides=(f"{backend} replica {replica}", f"{backend} single"), cause="data_parallel")
+            if check is None or not check.passed:
+                message = (f"`{path}`: a value on one side only" if check is None else check.leaves[0].message)
+                return {"backend": backend, "replica": replica, "device": str(device), "torch": layer.torch,
+                        "flax": canonical_path(layer.flax), "call": k, "side": side,
+                        "max_abs": None if check is None else check.max_abs,
+                        "message": f"{backend} replica {replica} on {device} computes `{layer.torch}` differently "
+                                   f"from one device on its chunk: {message}"}
+    return None
