@@ -82,6 +82,7 @@ class ComparisonReport:
     notes: list[str] = dataclasses.field(default_factory=list)
     layers: dict[str, str] = dataclasses.field(default_factory=dict)  # torch layer -> Flax layer path
     precision: str = "off"  # "off", "float64-check" (a float64 run tells port from rounding) or "float64"
+    drift: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the torch-vs-JAX gap per step
 
     @property
     def ok(self) -> bool:

@@ -3,7 +3,8 @@
 Importing this package registers each format in `comparisons.verdicts.RENDERERS`, which
 `ComparisonReport.render(fmt)` reads; a new format is a function here plus one entry below.
 Modules: `text` (table, Markdown and the shared words), `html` (the self-contained page),
-`rows` (torch tensors beside their Flax counterparts in the placement grid).
+`rows` (torch tensors beside their Flax counterparts in the placement grid), `sections` (the HTML's
+summary first: verdict, first divergence, drift; the per-layer slot) and `chart` (the drift chart, SVG).
 """
 from __future__ import annotations
 
