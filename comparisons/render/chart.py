@@ -8,6 +8,7 @@ numbers (fixed ids and no date), so a page that embeds it does not change from o
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,7 +18,6 @@ LINES = (  # (entry key, label, style): the float32 quantities, then the float64
     ("params", "parameters", {"color": "#009e73", "linewidth": 1.2}),
     ("float64", "float64 runs (worst)", {"color": "#555555", "linewidth": 1.2, "linestyle": "--"}),
 )
-FLOOR = 1e-17  # an exact zero is drawn here: a log scale has no zero
 
 
 def drift_svg(entries: Sequence[Mapping[str, Any]], rtol: float, *, title: str = "") -> str:
@@ -29,6 +29,7 @@ def drift_svg(entries: Sequence[Mapping[str, Any]], rtol: float, *, title: str =
 
     matplotlib.use("Agg")  # no display; before pyplot is imported anywhere in this process
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     steps = [entry["step"] for entry in entries]
     figure = Figure(figsize=(6.4, 3.2), layout="constrained")
@@ -37,9 +38,12 @@ def drift_svg(entries: Sequence[Mapping[str, Any]], rtol: float, *, title: str =
         values = [entry.get(key) for entry in entries]
         if any(value is None for value in values):
             continue
-        axes.plot(steps, [max(value, FLOOR) for value in values], label=label, marker=".", markersize=4, **style)
+        # a log scale has no zero: an exact zero (the two sides equal bit for bit) is left out of its line
+        axes.plot(steps, [value if value > 0 else math.nan for value in values], label=label, marker=".",
+                  markersize=4, **style)
     axes.axhline(rtol, color="#b00020", linestyle=":", linewidth=1.2, label=f"tolerance {rtol:.0e}")
     axes.set_yscale("log")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("training step")
     axes.set_ylabel("relative gap, torch vs JAX")
     axes.set_title(title, fontsize=10)
