@@ -86,6 +86,7 @@ class ComparisonReport:
     layer_view: list[dict[str, Any]] | None = None  # one row per call of a mapped layer, torch beside Flax
     first_divergence: dict[str, Any] | None = None  # where torch and Flax first part; None: nowhere
     replica_divergences: list[dict[str, Any]] | None = None  # replicas computing unlike one device on their chunk
+    drift: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the torch-vs-JAX gap per step
 
     @property
     def ok(self) -> bool:

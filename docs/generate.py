@@ -2,7 +2,8 @@
 
 A generated section sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`;
 its body is whatever the generator registered under NAME returns. `--check` rewrites nothing
-and exits 1 when a section is stale, so a test can keep the pages honest.
+and exits 1 when a section is stale, so a test can keep the pages honest. Without --check it also
+writes the files the pages link (`sections.asset`: the drift chart).
 """
 from __future__ import annotations
 
@@ -46,6 +47,18 @@ def stale_pages(pages: list[Path] | None = None, write: bool = False) -> list[Pa
     return stale
 
 
+def write_assets() -> list[Path]:
+    """Write every registered file (`sections.asset`) into docs/; the paths written."""
+    from sections import ASSETS
+
+    written = []
+    for name, produce in ASSETS.items():
+        path = DOCS / name
+        path.write_text(produce())
+        written.append(path)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail on stale sections, write nothing")
@@ -54,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     verb = "stale" if args.check else "regenerated"
     for page in stale:
         print(f"{verb}: {page.relative_to(DOCS.parent)}")
+    if not args.check:
+        for path in write_assets():
+            print(f"drawn: {path.relative_to(DOCS.parent)}")
     return 1 if (args.check and stale) else 0
 
 

@@ -68,3 +68,17 @@ def test_generator_check_mode_flags_a_stale_section(tmp_path):
         assert token in page.read_text() and generate.stale_pages([page]) == []
     finally:
         del sections.GENERATORS["probe"]
+
+
+def test_every_picture_a_page_links_is_in_docs_and_drawn_by_the_generator():
+    sys.path.insert(0, str(DOCS))
+    try:
+        import sections
+    finally:
+        sys.path.remove(str(DOCS))
+    linked = {name for page in PAGES for name in re.findall(r"!\[[^\]]*\]\(([^)\s]+\.svg)\)", page.read_text())}
+    assert "drift_layernorm_epsilon.svg" in linked
+    for name in linked:
+        assert name in sections.ASSETS, f"{name}: no `sections.asset` draws it; `python docs/generate.py` could not"
+        text = (DOCS / name).read_text()
+        assert text.startswith("<svg") and "</svg>" in text, name

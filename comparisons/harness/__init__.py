@@ -2,6 +2,7 @@
 
     _compare.py    compare(): checks every argument, builds the pair, runs torch and each strategy, judges
     _arguments.py  compare()'s argument checks, before any work runs
+    _trajectory.py whether every training step is recorded (the drift per step), within a memory bound
 
 Above runs/ and judge/; the CLI, distributed/ and the public `comparisons.compare` build on it.
 """

@@ -16,6 +16,7 @@ from comparisons import judge
 from comparisons.errors import ComparisonError
 from comparisons.harness import _arguments as check
 from comparisons.harness._layers import add_layer_view, needs_layer_view
+from comparisons.harness._trajectory import with_trajectory
 from comparisons.placement import canonical_path
 from comparisons.runs import (
     OPTIMIZERS,
@@ -106,13 +107,14 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
         notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
     total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
     tick = (lambda label: progress(label, total)) if progress else (lambda label: None)
-    run = _inputs(pair, config)
-    runs = _run_all(run, chosen, (torch_list, reference), jax_list, tick)
+    in_float64 = _checks_in_float64(dtype, precision)
+    run, runs = _run_all(_inputs(pair, config), chosen, (torch_list, reference), jax_list, tick, in_float64)
     tol = report.tolerance["rtol"]
-    float64 = _float64_reference(run, devices, jax_list[0]) if _checks_in_float64(dtype, precision) else None
+    float64 = _float64_reference(run, devices, jax_list[0]) if in_float64 else None
     tolerance = judge.Tolerance(tol, atol, float64, cross_cause="port" if dtype == "float64" else None)
     report.chunk_sizes = runs[0].chunk_sizes
     report.checks = judge.judge_runs(pair, runs, tolerance) + judge.conversion_checks(pair, config.seed, dtype)
+    report.drift = judge.drift(pair, runs, float64)
     report.placements = {run.label: run.placement for run in runs}
     report.layers = {layer.torch: canonical_path(layer.flax) for layer in pair.mapping}
     report.notes += [note for run in runs for note in run.notes] + judge.parametrisation_note(runs)
@@ -186,18 +188,23 @@ def _inputs(pair, config: RunConfig) -> RunInputs:
     return RunInputs(pair, config, inputs, targets)
 
 
-def _run_all(run: RunInputs, strategies, torch_side, jax_list, progress) -> list[BackendRun]:
-    """torch's run on (its devices, its reference device), then one JAX run per strategy."""
+def _run_all(run: RunInputs, strategies, torch_side, jax_list, progress, float64: bool
+             ) -> tuple[RunInputs, list[BackendRun]]:
+    """torch's run on (its devices, its reference device), then one JAX run per strategy; `run` as they ran it
+    (recording every step when it has several and the record fits, harness/_trajectory.py)."""
     from comparisons.runs.jax_run import run_jax
     from comparisons.runs.torch_run import run_torch
 
     torch_module, flax_module, variables = _build(run.pair, run.config)
+    parameters = sum(p.numel() for p in torch_module.parameters())
+    run, notes = with_trajectory(run, parameters, len(strategies), float64)
     runs = [run_torch(run, torch_module, *torch_side, progress=lambda: progress("torch"))]
+    runs[0].notes += notes
     with _jax_precision(run.config.dtype):
         for strategy in strategies:
             runs.append(run_jax(run, flax_module, variables, jax_list, strategy,
                                 progress=lambda s=strategy: progress(f"jax:{s}")))
-    return runs
+    return run, runs
 
 
 def _build(pair, config):

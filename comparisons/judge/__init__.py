@@ -7,18 +7,22 @@
     _declared.py   one-sided leaves, unused parameters, known differences, given variables
     _runs.py       judge_runs: every verdict of one comparison's runs
     _padding.py    padding_notes: what uneven='pad' would change, measured (notes, never verdicts)
+    _drift.py      drift: the torch-vs-JAX gap per training step; classify_drift: rounding or jumps
 
 Above runs/ and placement/; harness/ and render/ build on it.
 """
 from comparisons.judge._declared import checks as declared_checks
 from comparisons.judge._declared import conversion_checks, cross
 from comparisons.judge._declared import notes as declared_notes
+from comparisons.judge._drift import classify as classify_drift
+from comparisons.judge._drift import drift, drift_line
 from comparisons.judge._numerics import TOLERANCES, compare_trees, flatten
 from comparisons.judge._padding import padding_notes
 from comparisons.judge._placement import check_aliasing, compare_placement, layer_of
 from comparisons.judge._precision import judge_cross, larger, measured_rounding
 from comparisons.judge._runs import SUBJECTS, Tolerance, judge_runs, parametrisation_note
 
-__all__ = ["SUBJECTS", "TOLERANCES", "Tolerance", "check_aliasing", "compare_placement", "compare_trees",
-           "conversion_checks", "cross", "declared_checks", "declared_notes", "flatten", "judge_cross", "judge_runs",
-           "larger", "layer_of", "measured_rounding", "padding_notes", "parametrisation_note"]
+__all__ = ["SUBJECTS", "TOLERANCES", "Tolerance", "check_aliasing", "classify_drift", "compare_placement",
+           "compare_trees", "conversion_checks", "cross", "declared_checks", "declared_notes", "drift", "drift_line",
+           "flatten", "judge_cross", "judge_runs", "larger", "layer_of", "measured_rounding", "padding_notes",
+           "parametrisation_note"]

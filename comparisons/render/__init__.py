@@ -4,7 +4,8 @@ Importing this package registers each format in `comparisons.verdicts.RENDERERS`
 `ComparisonReport.render(fmt)` reads; a new format is a function here plus one entry below.
 Modules: `text` (table, Markdown and the shared words), `html` (the self-contained page),
 `rows` (torch tensors beside their Flax counterparts in the placement grid), `numbers` (format_number),
-`layers` (the layer view: the first divergence, the per-layer table, its HTML section `layer_section_html`).
+`layers` (the layer view: the first divergence, the per-layer table, its HTML section `layer_section_html`),
+`sections` (the HTML's summary first: verdict, first divergence, drift) and `chart` (the drift chart, SVG).
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""A self-contained HTML report: the check table and, per backend, a device x tensor grid.
+"""A self-contained HTML report, answer first: the summary (render/sections.py), the per-layer table when
+there is one, per backend a device x tensor grid, and the full check table folded.
 
-Inline CSS only (no scripts, fonts or images), so the file opens anywhere, offline. At 700-1000 px
-the wide tables scroll inside their own box, numbers and device cells do not wrap, and multi-line
-notes keep their lines.
+Inline CSS and an inline SVG chart only (no scripts, fonts or image files), so the file opens anywhere,
+offline. At 700-1400 px the wide tables scroll inside their own box, numbers and device cells do not
+wrap, multi-line notes keep their lines, and the chart scales to its box.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from comparisons.judge import layer_of
 from comparisons.placement import PlacementMap
 from comparisons.render.layers import layer_section_html
 from comparisons.render.rows import aligned_rows
+from comparisons.render.sections import summary_section
 from comparisons.render.text import format_number, headline, leaf_lines, tolerance_words, verdict, worst_leaf
 from comparisons.verdicts import ComparisonReport
 
@@ -35,26 +37,36 @@ tr.fail td{background:#fde7ea}
 td.num,th.dev,.grid td.cell,.grid th.group{white-space:nowrap}
 p.note,td.detail{white-space:pre-line}
 .why{color:#666;font-style:italic;font-family:system-ui,sans-serif;white-space:normal}
+.summary{border:1px solid #ddd;border-radius:6px;padding:4px 14px 10px;max-width:900px}
+.summary h2{margin-top:8px} ul.failures{margin:4px 0;padding-left:20px} code{overflow-wrap:anywhere}
+figure.chart{margin:8px 0;max-width:760px} figure.chart svg{display:block;width:100%;height:auto}
+figcaption{color:#666;font-size:12px} details.checks>summary{cursor:pointer;font-size:16px;font-weight:600;
+margin:24px 0 8px}
 """
 
 
 def render_html(report: ComparisonReport) -> str:
-    """The whole report as one HTML document (a string)."""
+    """The whole report as one HTML document (a string), the answer first: the summary (verdict, first
+    divergence, drift chart), the per-layer table when there is one, the placement grid, the notes, and
+    last the full check table, folded. Draws the drift chart (matplotlib) when the report has a drift."""
     status = ("<span class=ok>OK</span>" if report.ok else "<span class=bad>FAILED</span>")
+    passed = len(report.checks) - len(report.failures)
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
+        "<meta name=viewport content='width=device-width, initial-scale=1'>",
         f"<title>dp-compare: {escape(report.model)}</title><style>{CSS}</style></head><body>",
         f"<h1>dp-compare: {escape(report.model)} — {status}</h1>",
         f"<p>{escape(headline(report))}.<br>Tolerance ({escape(report.dtype)}, each leaf on its own, "
-        f"|Δ| ≤ atol + rtol·|b|): {escape(tolerance_words(report))}. "
-        f"{len(report.checks) - len(report.failures)}/{len(report.checks)} checks passed.</p>",
-        *(f"<p class=note>note: {escape(note)}</p>" for note in report.notes),
-        layer_section_html(report),
-        "<h2>Checks</h2>", _scroll(_check_table(report)),
+        f"|Δ| ≤ atol + rtol·|b|): {escape(tolerance_words(report))}.</p>",
+        summary_section(report), layer_section_html(report),
         "<h2>Placement: device × tensor</h2>", _legend(report), _scroll(_grids(report)), _process_grids(report),
+        *(["<h2>Notes</h2>"] if report.notes else []),
+        *(f"<p class=note>note: {escape(note)}</p>" for note in report.notes),
+        f"<details class=checks><summary>All checks: {passed}/{len(report.checks)} passed</summary>",
+        _scroll(_check_table(report)), "</details>",
         "</body></html>",
     ]
-    return "\n".join(parts)
+    return "\n".join(part for part in parts if part)
 
 
 def _check_table(report: ComparisonReport) -> str:

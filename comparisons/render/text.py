@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from comparisons.judge import drift_line
 from comparisons.render.layers import layer_markdown, print_layer_table
 from comparisons.render.numbers import format_number
 from comparisons.verdicts import Check, ComparisonReport
@@ -49,6 +50,11 @@ def leaf_lines(check: Check) -> list[str]:
     """One line per failing leaf of `check`, with its cause: what the footers list under a failure."""
     return [f"  - {leaf.message or leaf.path}" + (f" [{leaf.cause}]" if leaf.cause else "")
             for leaf in check.leaves if not leaf.passed]
+
+
+def drift_words(report: ComparisonReport) -> str:
+    """The one line on the drift per step: rounding's slow steady growth, or a jump (judge/_drift.py's rule)."""
+    return drift_line(report.drift, report.tolerance["rtol"], report.dtype)
 
 
 def headline(report: ComparisonReport) -> str:
@@ -124,6 +130,8 @@ def _print_footer(console: Any, report: ComparisonReport) -> None:
         console.print(f"FAIL {check.subject} ({check.compared}){cause}: {summary}", markup=False, soft_wrap=True)
         for line in leaf_lines(check):
             console.print(line, markup=False, soft_wrap=True)
+    if report.drift:
+        console.print(drift_words(report), markup=False, soft_wrap=True)
     total, failed = len(report.checks), len(report.failures)
     summary = f"{total - failed}/{total} checks passed"
     console.print(f"[green]{summary}[/]" if report.ok else f"[bold red]{summary}[/]")
@@ -144,7 +152,8 @@ def to_markdown(report: ComparisonReport) -> str:
               for line in ["", f"Failing leaves of {check.subject} ({check.compared})"
                            + (f", cause {check.cause}" if check.cause else "") + ":", *leaves]]
     lines += layer_markdown(report)
-    lines += ["", *(f"- note: {note}" for note in report.notes), "",
+    lines += ["", *(f"- note: {note}" for note in report.notes), *(["", drift_words(report)] if report.drift else []),
+              "",
               f"**{'OK' if report.ok else 'FAILED'}**: {len(report.checks) - len(report.failures)}"
               f"/{len(report.checks)} checks passed.", ""]
     return "\n".join(lines)

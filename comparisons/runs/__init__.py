@@ -1,7 +1,7 @@
 """One backend's run of a model pair: data-parallel and single-device, K training steps, placement.
 
-    _records.py      RunConfig, RunInputs (what every run takes), Snapshot, BackendRun, Float64Reference (what
-                     runs give)
+    _records.py      RunConfig, RunInputs (what every run takes), Snapshot, Trajectory, BackendRun,
+                     Float64Reference (what runs give)
     torch_run.py     run_torch: dp_torch's four steps vs the chunks one after another on one device
     jax_run.py       run_jax, run_padded: dp_jax.DataParallel (one strategy) vs the chunked reference
     _jax_apply.py    the one dp_apply builder, the chunked reference and the loss every JAX run uses
@@ -27,10 +27,10 @@ from comparisons.runs._devices import (
     torch_kind,
 )
 from comparisons.runs._optimizers import OPTIMIZERS, optax_optimizer, torch_optimizer
-from comparisons.runs._records import BackendRun, Float64Reference, RunConfig, RunInputs, Snapshot
+from comparisons.runs._records import BackendRun, Float64Reference, RunConfig, RunInputs, Snapshot, Trajectory
 from comparisons.runs._trees import output_tree, to_numpy
 
 __all__ = ["COMPILE_CACHE_ENV", "OPTIMIZERS", "TORCH_DEVICES", "BackendRun", "Float64Reference", "RunConfig",
-           "RunInputs", "Snapshot", "install_virtual", "jax_devices", "optax_optimizer", "output_tree", "pair_inputs",
-           "scalar_loss", "set_jax_cpu_devices", "to_numpy", "torch_devices", "torch_kind", "torch_optimizer",
-           "use_compile_cache"]
+           "RunInputs", "Snapshot", "Trajectory", "install_virtual", "jax_devices", "optax_optimizer", "output_tree",
+           "pair_inputs", "scalar_loss", "set_jax_cpu_devices", "to_numpy", "torch_devices", "torch_kind",
+           "torch_optimizer", "use_compile_cache"]

@@ -17,7 +17,7 @@ import jax
 
 from comparisons.runs._jax_apply import dp_apply, loss_with_output, mutable_collections
 from comparisons.runs._optimizers import optax_optimizer
-from comparisons.runs._records import RunInputs, Snapshot
+from comparisons.runs._records import RunInputs, Snapshot, Trajectory
 from comparisons.runs._trees import output_tree
 
 
@@ -57,12 +57,18 @@ def train_compiled(run: RunInputs, flax_module: Any, variables: dict, devices: t
     params = variables["params"]
     collections = {k: v for k, v in variables.items() if k != "params"}
     opt_state = optax_optimizer(config.optimizer).init(params)
-    for _ in range(config.steps):
-        params, opt_state, collections, _ = train_step(params, opt_state, collections, x, run.targets)
-        progress()
+    trajectory = Trajectory() if config.trajectory else None
     host = jax.device_get
+    for _ in range(config.steps):
+        if trajectory is not None:  # the step's gradients: train_step returns the loss alone
+            (loss, _), step_grads = grad_step({"params": params, **collections}, x, run.targets)
+        params, opt_state, collections, _ = train_step(params, opt_state, collections, x, run.targets)
+        if trajectory is not None:
+            trajectory.add(host(loss), host(step_grads["params"]), host(params))
+        progress()
     stats = updated.get("batch_stats", {})
-    return Snapshot(output_tree(host(output)), host(grads["params"]), host(stats), host(params))
+    return Snapshot(output_tree(host(output)), host(grads["params"]), host(stats), host(params),
+                    trajectory=trajectory)
 
 
 @functools.lru_cache(maxsize=32)

@@ -24,6 +24,25 @@ class Snapshot:
     batch_stats: Any
     params_after_steps: Any
     unused_parameters: tuple[str, ...] = ()  # torch parameters the loss gave no gradient (torch only)
+    trajectory: Trajectory | None = None  # every step's loss, gradients and parameters, when recorded
+
+
+@dataclasses.dataclass
+class Trajectory:
+    """Every training step of one pipeline, in the Flax layout, for the drift per step (judge/_drift.py).
+
+    losses[k], gradients[k]: step k's loss and parameter gradients (on the parameters before its update);
+    params[k]: the parameters after step k's update. Host numpy trees; recorded only when `RunConfig.trajectory`.
+    """
+
+    losses: list[float] = dataclasses.field(default_factory=list)
+    gradients: list[Any] = dataclasses.field(default_factory=list)
+    params: list[Any] = dataclasses.field(default_factory=list)
+
+    def add(self, loss: float, gradients: Any, params: Any) -> None:
+        self.losses.append(float(loss))
+        self.gradients.append(gradients)
+        self.params.append(params)
 
 
 @dataclasses.dataclass
@@ -61,6 +80,7 @@ class RunConfig:
     dtype: str
     seed: int
     dim: int
+    trajectory: bool = False  # record every step (Snapshot.trajectory): the harness's drift per step
 
 
 @dataclasses.dataclass(frozen=True)

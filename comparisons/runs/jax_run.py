@@ -21,7 +21,7 @@ from comparisons.placement import PlacementMap, placement_of
 from comparisons.runs._jax_apply import dp_apply, mutable_collections, reference_step, value_and_grad
 from comparisons.runs._jax_compiled import has_compiled_step, train_compiled
 from comparisons.runs._optimizers import optax_optimizer
-from comparisons.runs._records import BackendRun, RunInputs, Snapshot
+from comparisons.runs._records import BackendRun, RunInputs, Snapshot, Trajectory
 from comparisons.runs._trees import output_tree
 
 
@@ -41,7 +41,7 @@ def run_jax(run: RunInputs, flax_module: Any, variables: dict, devices: Sequence
         eager, out_and_grads = _train(dp_step, variables, x, run, lambda: None)
         dp = train_compiled(run, flax_module, variables, tuple(devices), strategy, progress=progress)
     else:
-        dp, out_and_grads = _train(dp_step, variables, x, run, progress)
+        dp, out_and_grads = _train(dp_step, variables, x, run, progress, record=config.trajectory)
     single, _ = _train(reference, variables, x, run, progress)
     label = f"jax:{strategy}"
     placement = _placement(wrapper, variables, x, out_and_grads, devices)
@@ -64,7 +64,7 @@ def run_jax_reference(run: RunInputs, flax_module: Any, variables: dict, device:
     sizes = tuple(dp_jax.chunk_sizes(config.batch_size, chunks))
     reference = reference_step(pair.loss_jax, module, sizes, config.dim, mutable_collections(pair), pair.name)
     snapshot, _ = _train(reference, jax.device_put(variables, device), pair.to_flax_inputs(run.inputs), run,
-                         lambda: None)
+                         lambda: None, record=config.trajectory)
     return snapshot
 
 
@@ -97,21 +97,25 @@ def run_padded(run: RunInputs, flax_module: Any, variables: dict, devices: Seque
     return snapshot, sum(leaf.size for leaf in jax.tree.leaves(variables["params"]))
 
 
-def _train(step_fn, variables, x, run: RunInputs, progress) -> tuple[Snapshot, tuple]:
+def _train(step_fn, variables, x, run: RunInputs, progress, *, record: bool = False) -> tuple[Snapshot, tuple]:
     params = variables["params"]
     state = {k: v for k, v in variables.items() if k != "params"}
     init, update = _optimizer_step(run.config.optimizer)
     opt_state = init(params)
     first: dict[str, Any] = {}
+    trajectory = Trajectory() if record else None
+    host = jax.device_get
     for step in range(run.config.steps):
-        (_, (output, updated)), grads = step_fn(params, state, x, run.targets)
+        (loss, (output, updated)), grads = step_fn(params, state, x, run.targets)
         state = {**state, **updated}
         if step == 0:
             first = {"output": output, "grads": grads, "stats": state.get("batch_stats", {})}
         params, opt_state = update(grads, opt_state, params)
+        if trajectory is not None:
+            trajectory.add(host(loss), host(grads), host(params))
         progress()
-    host = jax.device_get
-    snapshot = Snapshot(output_tree(host(first["output"])), host(first["grads"]), host(first["stats"]), host(params))
+    snapshot = Snapshot(output_tree(host(first["output"])), host(first["grads"]), host(first["stats"]), host(params),
+                        trajectory=trajectory)
     return snapshot, (first["output"], first["grads"])
 
 

@@ -18,7 +18,7 @@ import dp_torch
 from comparisons.placement import PlacementMap, placement_of
 from comparisons.runs import _checks as check
 from comparisons.runs._optimizers import torch_optimizer
-from comparisons.runs._records import BackendRun, RunInputs, Snapshot
+from comparisons.runs._records import BackendRun, RunInputs, Snapshot, Trajectory
 from comparisons.runs._trees import output_tree, to_numpy
 
 
@@ -34,7 +34,7 @@ def run_torch(run: RunInputs, module: torch.nn.Module, devices: Sequence[torch.d
     def single_forward(m, x, first):
         return _chunked_forward(m, x, len(devices), config.dim)
 
-    dp = _train(run, module, devices, dp_forward, progress, captured)
+    dp = _train(run, module, devices, dp_forward, progress, captured, record=config.trajectory)
     single = _train(run, module, [reference_device], single_forward, progress)
     placement = sum(captured[1:], captured[0])
     chunks = [r.shape[config.dim] for r in placement.filter(role="input") if r.path == "args.0"]
@@ -46,32 +46,43 @@ def run_torch_reference(run: RunInputs, module: torch.nn.Module, chunks: int, de
     """The single-device run alone: `chunks` chunks one after another on `device` (the float64 check's torch
     side; `run_torch` runs the same beside DataParallel)."""
     return _train(run, module, [device], lambda m, x, first: _chunked_forward(m, x, chunks, run.config.dim),
-                  lambda: None)
+                  lambda: None, record=run.config.trajectory)
 
 
-def _train(run: RunInputs, module, devices, forward, progress, captured=None) -> Snapshot:
+def _train(run: RunInputs, module, devices, forward, progress, captured=None, *, record: bool = False) -> Snapshot:
     pair, config = run.pair, run.config
     model = copy.deepcopy(module).to(devices[0]).train()
     optimizer = torch_optimizer(config.optimizer, model.parameters())
     x = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in run.inputs)
     y = torch.from_numpy(np.ascontiguousarray(run.targets)).to(devices[0])
     first: dict[str, Any] = {}
+    trajectory = Trajectory() if record else None
     for step in range(config.steps):
         optimizer.zero_grad()
         output = forward(model, x, step == 0)
-        check.scalar_loss(pair.name, "loss_torch", pair.loss_torch(output, y)).backward()
+        loss = check.scalar_loss(pair.name, "loss_torch", pair.loss_torch(output, y))
+        loss.backward()
         if step == 0:
             first["output"] = output_tree(output)
             first["grads"], first["unused"] = _grads(model)
             first["state"] = {n: to_numpy(b) for n, b in model.state_dict().items()}
             if captured is not None:
                 captured.append(placement_of(model, devices).filter(role="grad"))
+        grads_now = _grads(model)[0] if trajectory is not None else None
         optimizer.step()
+        if trajectory is not None:
+            trajectory.add(loss.item(), pair.torch_grads_to_flax(grads_now), _flax_params(pair, model))
         progress()
     flax_state = pair.torch_to_flax(first["state"])
     final = pair.torch_to_flax({n: to_numpy(t) for n, t in model.state_dict().items()})
     grads = pair.torch_grads_to_flax(first["grads"])
-    return Snapshot(first["output"], grads, flax_state.get("batch_stats", {}), final["params"], first["unused"])
+    return Snapshot(first["output"], grads, flax_state.get("batch_stats", {}), final["params"], first["unused"],
+                    trajectory)
+
+
+def _flax_params(pair, model) -> Any:
+    """The model's parameters now, as host arrays in the Flax layout (one conversion: a step of the trajectory)."""
+    return pair.torch_to_flax({n: to_numpy(t) for n, t in model.state_dict().items()})["params"]
 
 
 def _grads(model) -> tuple[dict, tuple[str, ...]]:

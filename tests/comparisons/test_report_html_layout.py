@@ -1,6 +1,7 @@
-"""The HTML report at 700-1000 px: wide tables scroll in their own box, numbers stay on one line, notes
-keep their lines, and a blank counterpart says why it is blank. Measured in headless Chromium when it
-is installed; the CSS and structure are checked without it."""
+"""The HTML report at 700-1400 px: the answer first (summary, drift chart, layer slot, grid, folded checks), wide
+tables scroll in their own box, numbers stay on one line, notes keep their lines, the chart fits its box, and a
+blank counterpart says why it is blank. Measured in headless Chromium when it is installed; the CSS and
+structure are checked without it."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,6 +10,7 @@ import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 from _helpers_harness import small_report
 
@@ -20,8 +22,20 @@ STRATEGIES = ("explicit", "pmap", "sharded", "shard_map")
 NOTE = "jax:pmap pads the last chunk: replica 0 on cpu:0: rows 0..2\nreplica 1 on cpu:1: rows 3..5\nreplica 2: 6..6"
 
 
+def drawn_drift(seed: int, steps: int = 12) -> list[dict]:
+    """A drift of `steps` entries with gaps drawn around rounding's size, each quantity its own."""
+    rng = np.random.default_rng(seed)
+    entries = []
+    for step in range(1, steps + 1):
+        gaps = {q: float(10 ** rng.uniform(-8, -6)) * step for q in ("loss", "gradients", "params")}
+        entries.append({"step": step, **gaps, "worst": max(gaps.values()), "strategy": "jax:pmap",
+                        "float64": float(10 ** rng.uniform(-16, -15))})
+    return entries
+
+
 def wide_report():
-    """8 devices and 4 strategies (a grid far wider than 1000 px), an MHA whose in_proj Flax splits in three."""
+    """8 devices and 4 strategies (a grid far wider than 1000 px), an MHA whose in_proj Flax splits in three,
+    and a 12-step drift."""
     torch_records = [PlacementRecord(i, path, "param", f"vdev:{i}", i, shape, "float32", i == 0)
                      for i in range(DEVICES)
                      for path, shape in (("attn.in_proj_weight", (48, 16)), ("attn.out_proj.weight", (16, 16)))]
@@ -34,7 +48,7 @@ def wide_report():
               for s in STRATEGIES]
     return dataclasses.replace(small_report(), devices=DEVICES, strategies=list(STRATEGIES), checks=checks,
                                placements=placements, notes=[NOTE], layers={"attn": "attn"},
-                               chunk_sizes=[3] * 7 + [1], batch_size=22)
+                               chunk_sizes=[3] * 7 + [1], batch_size=22, drift=drawn_drift(0))
 
 
 def test_css_and_structure_scroll_the_tables_keep_numbers_whole_and_notes_on_their_lines():
@@ -61,14 +75,21 @@ def test_a_blank_counterpart_says_why_it_is_blank():
 
 MEASURE = """<script>
 addEventListener('load', () => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });  // measure the folded table too
   const px = e => e.getBoundingClientRect();
   const boxes = [...document.querySelectorAll('.scroll')];
+  const grid = document.querySelector('table.grid').parentElement;
+  const chart = document.querySelector('figure.chart svg');
+  const top = s => px(document.querySelector(s)).top;
   const nums = [...document.querySelectorAll('td.num, .grid td.cell')];
   const lineHeight = parseFloat(getComputedStyle(document.querySelector('td.num')).lineHeight);
   const note = [...document.querySelectorAll('p')].find(p => p.textContent.startsWith('note: jax:pmap'));
   document.body.insertAdjacentHTML('beforeend', '<pre id=measured>' + JSON.stringify({
     page: document.documentElement.scrollWidth, viewport: document.documentElement.clientWidth,
     box_overflows: boxes.map(b => b.scrollWidth > b.clientWidth + 1),
+    grid_overflows: grid.scrollWidth > grid.clientWidth + 1,
+    chart_width: px(chart).width, chart_right: px(chart).right, chart_height: px(chart).height,
+    order: ['.summary', 'figure.chart', 'table.grid', 'details.checks'].map(top),
     box_within_page: boxes.map(b => px(b).right <= document.documentElement.clientWidth + 1),
     tallest_number: Math.max(...[...document.querySelectorAll('td.num')].map(td => px(td).height)),
     line_height: lineHeight, note_lines: note.innerText.split('\\n').length,
@@ -80,7 +101,7 @@ addEventListener('load', () => {
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (apt-get install chromium)")
-@pytest.mark.parametrize("width", [700, 800, 1000])
+@pytest.mark.parametrize("width", [700, 1000, 1400])
 def test_in_a_real_browser_the_page_does_not_scroll_sideways_but_the_tables_do(tmp_path, width):
     page = tmp_path / "report.html"
     page.write_text(wide_report().render("html").replace("</body>", MEASURE + "</body>"))
@@ -91,7 +112,11 @@ def test_in_a_real_browser_the_page_does_not_scroll_sideways_but_the_tables_do(t
     assert found, done.stderr[-2000:]
     measured = json.loads(found.group(1))
     assert measured["page"] <= measured["viewport"], measured  # nothing pokes out of the page
-    assert measured["box_overflows"][-1] and all(measured["box_within_page"]), measured  # the grid scrolls in its box
+    assert measured["grid_overflows"] and all(measured["box_within_page"]), measured  # the grid scrolls in its box
+    assert measured["order"] == sorted(measured["order"]), measured  # summary, chart, grid, then the checks
+    assert measured["chart_right"] <= measured["viewport"] and measured["chart_width"] >= min(600, width - 80), \
+        measured  # the chart fits and stays readable: most of a narrow page, its full size on a wide one
+    assert 0.3 < measured["chart_height"] / measured["chart_width"] < 0.7, measured  # scaled, not squashed
     assert measured["tallest_number"] < 2 * measured["line_height"] + 8, measured  # no number wraps
     assert measured["note_lines"] == NOTE.count("\n") + 1, measured
     assert measured["cells_wrapped"] == 0, measured

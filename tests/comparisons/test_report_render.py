@@ -13,7 +13,9 @@ from comparisons.report import SCHEMA_VERSION
 
 TOP_LEVEL = {"schema_version", "model", "batch_size", "devices", "chunk_sizes", "strategies", "steps",
              "optimizer", "dtype", "seed", "torch_devices", "tolerance", "ok", "checks", "placements", "notes",
-             "layers", "precision"}
+             "layers", "precision", "drift", "layer_view", "first_divergence",
+             "replica_divergences"}
+DRIFT_FIELDS = {"step", "loss", "gradients", "params", "worst", "strategy", "float64"}
 CHECK_FIELDS = {"subject", "compared", "passed", "max_abs", "rel_norm", "tolerance", "detail", "leaves", "cause"}
 LEAF_FIELDS = {"path", "max_abs", "rel", "passed", "cause", "kind", "atol", "message"}
 TOLERANCE_FIELDS = {"rtol", "rtol_source", "atol", "atol_source", "float64_rtol"}
@@ -48,7 +50,7 @@ def test_the_schema_document_lists_every_json_field():
     from _helpers_harness import ROOT
 
     text = (ROOT / "docs" / "report_schema.md").read_text()
-    for field in TOP_LEVEL | CHECK_FIELDS | RECORD_FIELDS | LEAF_FIELDS | TOLERANCE_FIELDS:
+    for field in TOP_LEVEL | CHECK_FIELDS | RECORD_FIELDS | LEAF_FIELDS | TOLERANCE_FIELDS | DRIFT_FIELDS:
         assert f"`{field}`" in text, field
 
 

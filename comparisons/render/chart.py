@@ -1,0 +1,62 @@
+"""The drift chart: the torch-vs-JAX gap per training step on a log scale, against the tolerance line, as SVG.
+
+Drawn by matplotlib (Agg, no display), imported only when a chart is drawn: importing it costs about
+0.3-0.5 s, once per process, which is why a report without drift never loads it. The SVG is
+self-contained (glyphs as paths, no fonts or scripts), scales to its box, and is the same for the same
+numbers (fixed ids and no date), so a page that embeds it does not change from one run to the next.
+"""
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+LINES = (  # (entry key, label, style): the float32 quantities, then the float64 run's gap
+    ("loss", "loss", {"color": "#0072b2", "linewidth": 1.2}),
+    ("gradients", "gradients", {"color": "#e69f00", "linewidth": 1.2}),
+    ("params", "parameters", {"color": "#009e73", "linewidth": 1.2}),
+    ("float64", "float64 runs (worst)", {"color": "#555555", "linewidth": 1.2, "linestyle": "--"}),
+)
+
+
+def drift_svg(entries: Sequence[Mapping[str, Any]], rtol: float, *, title: str = "") -> str:
+    """The chart of `entries` (a report's `drift`) as an SVG document (a string), the tolerance `rtol` dotted.
+
+    Costs matplotlib's import the first time (see the module docstring) and a few milliseconds a chart.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; before pyplot is imported anywhere in this process
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    steps = [entry["step"] for entry in entries]
+    figure = Figure(figsize=(6.4, 3.2), layout="constrained")
+    axes = figure.add_subplot()
+    for key, label, style in LINES:
+        values = [entry.get(key) for entry in entries]
+        if any(value is None for value in values):
+            continue
+        # a log scale has no zero: an exact zero (the two sides equal bit for bit) is left out of its line
+        axes.plot(steps, [value if value > 0 else math.nan for value in values], label=label, marker=".",
+                  markersize=4, **style)
+    axes.axhline(rtol, color="#b00020", linestyle=":", linewidth=1.2, label=f"tolerance {rtol:.0e}")
+    axes.set_yscale("log")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("training step")
+    axes.set_ylabel("relative gap, torch vs JAX")
+    axes.set_title(title, fontsize=10)
+    axes.grid(True, which="major", linewidth=0.3)
+    axes.legend(fontsize=7, loc="best")
+    return _as_svg(figure)
+
+
+def _as_svg(figure: Any) -> str:
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": "dp-compare", "svg.fonttype": "path"}):
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    svg = buffer.getvalue()
+    return svg[svg.index("<svg"):]  # without the XML prolog and doctype: the same text inline or in a file
