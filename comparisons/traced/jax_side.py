@@ -23,7 +23,8 @@ def source_of(obj: Any, argument: str) -> Any:
     if isinstance(obj, str):
         return obj
     name, module = getattr(obj, "__qualname__", None), getattr(obj, "__module__", None)
-    if callable(obj) and not hasattr(obj, "state_dict") and name and module and "<" not in name:
+    is_factory = isinstance(obj, type) or (callable(obj) and not hasattr(obj, "state_dict"))
+    if is_factory and name and module and "<" not in name:
         if module == "__main__":
             main = getattr(sys.modules["__main__"], "__file__", None)
             if main is None:
@@ -47,7 +48,7 @@ def resolve(source: Any, argument: str) -> Any:
     from comparisons.doctor.cli import load
 
     made = load(source, argument)
-    if hasattr(made, "state_dict") or argument != "module_or_factory":
+    if (hasattr(made, "state_dict") and not isinstance(made, type)) or argument != "module_or_factory":
         return made
     if not callable(made):
         raise UsageError(f"{argument} {source!r} is a {type(made).__name__}; name a torch nn.Module or a factory")

@@ -114,7 +114,8 @@ def pair_from_torch(module_or_factory: Any, *, make_inputs: Callable, loss_torch
     make_torch = _factory(module_or_factory)
     probe = ModelPair("probe", make_torch, _in_worker, (), make_inputs, loss_torch, _in_worker).build_torch()
     parameters = tuple(n for n, _ in probe.named_parameters())
-    buffers = tuple(n for n in probe.state_dict() if n not in set(dict(probe.named_parameters())))
+    persistent = set(probe.state_dict())  # a tied parameter's second name is in the state_dict, but no buffer
+    buffers = tuple(n for n, _ in probe.named_buffers() if n in persistent)
     title = name or (module_or_factory if isinstance(module_or_factory, str) else type(probe).__name__)
     return TracedPair(
         name=f"{title} ({LABEL})", make_torch=make_torch, make_flax=_in_worker,
@@ -131,6 +132,6 @@ def _factory(module_or_factory: Any) -> Callable[[], Any]:
 
     if isinstance(module_or_factory, str):
         return lambda: resolve(module_or_factory, "module_or_factory")
-    if callable(module_or_factory) and not hasattr(module_or_factory, "state_dict"):
+    if isinstance(module_or_factory, type) or not hasattr(module_or_factory, "state_dict"):
         return module_or_factory
     return lambda: copy.deepcopy(module_or_factory)

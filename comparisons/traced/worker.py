@@ -85,6 +85,10 @@ def _local_pair(spec: dict, module: Any) -> Any:
 
     loss_torch = resolve(spec["loss_source"], "loss_torch")
     traced = _torchax.TracedApply(module, tuple(spec["buffer_names"]))
+    names, expected = set(traced.jittable.params), set(spec["parameter_names"])
+    if names != expected:  # the JAX gradients would not line up with torch's by name
+        raise UsageError(f"{spec['name']}: torchax names the parameters {sorted(names ^ expected)} unlike torch's "
+                         "named_parameters(); the two sides cannot be lined up by name")
     return ModelPair(spec["name"], lambda: module, lambda: traced, (), None, loss_torch,
                      _torchax.traced_loss(loss_torch), has_batch_stats=bool(spec["buffer_names"]))
 
