@@ -6,10 +6,10 @@ where the pinned torchax pre-release is not installed.
 import importlib.util
 import sys
 
+import _traced_nets as nets
 import numpy as np
 import pytest
 
-import _traced_nets as nets
 from comparisons import compare
 from comparisons.errors import UsageError
 from comparisons.traced import PIN, pair_from_torch
