@@ -170,8 +170,12 @@ def _refuse_deleted(state: tuple, who: str) -> None:
 
 
 def value_and_grad(loss_fn: Callable[..., Any], placement: Placement, has_aux: bool = False) -> CompiledStep:
-    """Jitted `(variables, *batch) -> (loss, grads)` (or `((loss, aux), grads)`): grads of argument 0."""
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=has_aux)
+    """Jitted `(variables, *batch) -> (loss, grads)` (or `((loss, aux), grads)`): grads of argument 0.
+
+    Integer leaves (a step counter such as torch's num_batches_tracked, kept in a collection) are not
+    differentiated: their gradient is JAX's float0 zero (`allow_int`), where they used to fail the step.
+    """
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=has_aux, allow_int=True)
     return CompiledStep(grad_fn, 1, placement, donate=(), name="DataParallel.value_and_grad step")
 
 

@@ -1,4 +1,5 @@
 """Every Python block in docs/ runs, and every generated table is up to date."""
+import importlib.util
 import re
 import subprocess
 import sys
@@ -13,6 +14,8 @@ PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 OWN_PROCESS = "<!-- docs-test: own-process -->"
 # A page whose snippets use Hugging Face models is skipped when the hf extra is absent.
 NEEDS_TRANSFORMERS = "<!-- docs-test: needs transformers -->"
+# A page whose snippets trace a torch model with torchax is skipped when the auto extra is absent.
+NEEDS_TORCHAX = "<!-- docs-test: needs torchax -->"
 PAGES = sorted(DOCS.glob("*.md")) + [ROOT / "README.md"]
 
 
@@ -25,6 +28,8 @@ def test_every_python_block_of_the_page_runs(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # snippets that write files write them here
     if NEEDS_TRANSFORMERS in page.read_text():
         pytest.importorskip("transformers", reason=f"{page.name} needs the hf extra: pip install -e '.[hf]'")
+    if NEEDS_TORCHAX in page.read_text() and importlib.util.find_spec("torchax") is None:
+        pytest.skip(f"{page.name} needs torchax (not installed): pip install -e '.[auto]'")
     blocks = python_blocks(page)
     if OWN_PROCESS in page.read_text():
         script = "\n\n".join(blocks)

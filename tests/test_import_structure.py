@@ -97,7 +97,8 @@ LAYERS = (
     ("comparisons.judge",),
     ("comparisons.layers",),
     ("comparisons.harness", "comparisons.render", "comparisons.report", "comparisons.hf"),
-    ("comparisons", "comparisons.__main__", "comparisons.cli", "comparisons.distributed", "comparisons.doctor"),
+    ("comparisons", "comparisons.__main__", "comparisons.cli", "comparisons.distributed", "comparisons.doctor",
+     "comparisons.traced"),
 )
 
 
@@ -194,6 +195,10 @@ JAX_FAMILY = ("jax", "jaxlib", "flax", "optax")
     ("dp_jax", ("torch", "comparisons")),
     ("comparisons, comparisons.__main__, comparisons.models, comparisons.placement, comparisons.report",
      ("torch", *JAX_FAMILY)),
+    # torchax renames torch's PrivateUse1 backend and turns off the MHA fast path, process-wide: only the traced
+    # comparison's worker process may import it, never `import comparisons` (nor the CLI, nor comparisons.traced)
+    ("comparisons, comparisons.__main__, comparisons.cli, comparisons.traced, comparisons.traced.cli",
+     ("torchax", "torch", *JAX_FAMILY)),
 ])
 def test_importing_a_package_loads_no_other_framework(modules, forbidden):
     assert loaded_after_import(modules, forbidden) == []

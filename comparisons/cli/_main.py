@@ -24,6 +24,7 @@ from comparisons.errors import UsageError
 from comparisons.harness import STRATEGIES
 from comparisons.render import FORMATS
 from comparisons.runs import COMPILE_CACHE_ENV, TORCH_DEVICES, install_virtual, set_jax_cpu_devices, torch_kind
+from comparisons.traced import cli as traced_cli
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE in sysexits.h
 DEMO = {"pair": "cnn_bn", "batch_size": 10, "devices": 4, "steps": 2}
@@ -64,13 +65,16 @@ def _main(argv: Sequence[str] | None) -> int:
         return doctor_cli.run(args)
     try:
         pair = _load_user_pairs(args)
+        if getattr(args, "torch", None) is not None:
+            pair = traced_cli.pair_from_args(args)
         if args.command == "list":
             return _list()
         if args.command == "demo":
             settings = dict(DEMO, strategies=None, optimizer="sgd", dtype="float32", seed=0, torch_devices="auto")
             fmt, out, html_out = "table", None, args.out
         else:
-            settings = dict(pair=_model_name(args, pair), batch_size=args.batch, devices=args.devices,
+            named = pair if args.torch else _model_name(args, pair)
+            settings = dict(pair=named, batch_size=args.batch, devices=args.devices,
                             strategies=_strategy_list(args.strategy), steps=args.steps, optimizer=args.optimizer,
                             dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices,
                             padding=args.padding, precision=args.precision, rtol=args.rtol, atol=args.atol,
@@ -195,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--format", default="table", choices=FORMATS, help="output format (default table)")
     run.add_argument("--out", help="write the report here instead of stdout")
     run.add_argument("--processes", type=int, metavar="P", help=PROCESSES_HELP)
+    traced_cli.add_arguments(run)
     doctor_cli.add_arguments(commands.add_parser("doctor", help="check your own model for what DataParallel "
                                                  "will not put on each device", description=doctor_cli.DESCRIPTION))
     for command in (listing, run):

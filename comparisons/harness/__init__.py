@@ -7,6 +7,6 @@
 Above runs/ and judge/; the CLI, distributed/ and the public `comparisons.compare` build on it.
 """
 from comparisons.errors import ComparisonError
-from comparisons.harness._compare import STRATEGIES, compare, tolerance_record
+from comparisons.harness._compare import STRATEGIES, compare, jax_precision, tolerance_record
 
-__all__ = ["STRATEGIES", "ComparisonError", "compare", "tolerance_record"]
+__all__ = ["STRATEGIES", "ComparisonError", "compare", "jax_precision", "tolerance_record"]

@@ -93,6 +93,9 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
         raise ComparisonError(f"compare: padding={padding!r} is not a bool; pass True to measure what padding "
                               "the last chunk would change, or False")
     chosen = _strategies(check.strategy_names(strategies), pair, config.batch_size, devices)
+    if padding and _runs_elsewhere(pair):
+        raise ComparisonError(f"compare: padding=True is not available for pair {pair.name!r}: its JAX side runs in "
+                              "a worker process (traced by torchax); pass padding=False")
     check.fits_in_memory(pair, config)
     jax_list = jax_devices(devices)
     kind = torch_kind(torch_devices, devices)
@@ -108,9 +111,9 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
     tick = (lambda label: progress(label, total)) if progress else (lambda label: None)
     in_float64 = _checks_in_float64(dtype, precision)
-    run, runs = _run_all(_inputs(pair, config), chosen, (torch_list, reference), jax_list, tick, in_float64)
+    run, runs, jax64 = _run_all(_inputs(pair, config), chosen, (torch_list, reference), jax_list, tick, in_float64)
     tol = report.tolerance["rtol"]
-    float64 = _float64_reference(run, devices, jax_list[0]) if in_float64 else None
+    float64 = _float64_reference(run, devices, jax_list[0], jax64) if in_float64 else None
     tolerance = judge.Tolerance(tol, atol, float64, cross_cause="port" if dtype == "float64" else None)
     report.chunk_sizes = runs[0].chunk_sizes
     report.checks = judge.judge_runs(pair, runs, tolerance) + judge.conversion_checks(pair, config.seed, dtype)
@@ -121,8 +124,10 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     report.notes += judge.declared_notes(pair, runs)
     if padding:
         report.notes += _padding_section(run, chosen, runs[0], jax_list, tol)
-    if layers or needs_layer_view(report.checks):
-        with _jax_precision(dtype):
+    if _runs_elsewhere(pair) and (layers or needs_layer_view(report.checks)):
+        report.notes.append("layer view: not available when the JAX side runs in another process (a traced pair)")
+    elif layers or needs_layer_view(report.checks):
+        with jax_precision(dtype):
             add_layer_view(report, run, (torch_list, jax_list), (tol, atol), float64 is not None)
     return report
 
@@ -148,10 +153,11 @@ def tolerance_record(dtype: str, precision: str, rtol: float | None = None, atol
             "float64_rtol": judge.TOLERANCES["float64"] if measured else None}
 
 
-def _float64_reference(run: RunInputs, chunks: int, jax_device) -> Float64Reference:
+def _float64_reference(run: RunInputs, chunks: int, jax_device, jax_side=None) -> Float64Reference:
     """Both frameworks' single-device run again in float64, on the same weights and the inputs cast (so the
     difference to the float32 run is the computation's rounding alone): one forward, backward and K steps
-    per framework, not per strategy. torch computes on the CPU; JAX on the first JAX device, under x64."""
+    per framework, not per strategy. torch computes on the CPU; JAX on the first JAX device, under x64,
+    unless `jax_side` is that run already (a pair whose JAX side runs in a worker process)."""
     import dataclasses
 
     import numpy as np
@@ -167,7 +173,9 @@ def _float64_reference(run: RunInputs, chunks: int, jax_device) -> Float64Refere
     run64 = RunInputs(run.pair, config, tuple(wider(x) for x in run.inputs), wider(run.targets))
     torch_module, flax_module, variables = _build(run.pair, config)
     torch_side = run_torch_reference(run64, torch_module, chunks, torch.device("cpu"))
-    with _jax_precision("float64"):
+    if jax_side is not None:
+        return Float64Reference(torch_side, jax_side)
+    with jax_precision("float64"):
         jax_side = run_jax_reference(run64, flax_module, variables, jax_device, chunks)
     return Float64Reference(torch_side, jax_side)
 
@@ -175,7 +183,7 @@ def _float64_reference(run: RunInputs, chunks: int, jax_device) -> Float64Refere
 def _padding_section(run: RunInputs, strategies, torch_run, jax_list, tol) -> list[str]:
     """What uneven='pad' (a pmap port) would change, as labelled notes (judge/_padding.py): measured against
     torch's DataParallel, never judged. Builds the pair again and trains once more per mapped strategy."""
-    with _jax_precision(run.config.dtype):
+    with jax_precision(run.config.dtype):
         return judge.padding_notes(run, _build(run.pair, run.config), torch_run, jax_list, strategies=strategies,
                                    tol=tol)
 
@@ -189,9 +197,10 @@ def _inputs(pair, config: RunConfig) -> RunInputs:
 
 
 def _run_all(run: RunInputs, strategies, torch_side, jax_list, progress, float64: bool
-             ) -> tuple[RunInputs, list[BackendRun]]:
+             ) -> tuple[RunInputs, list[BackendRun], Any]:
     """torch's run on (its devices, its reference device), then one JAX run per strategy; `run` as they ran it
-    (recording every step when it has several and the record fits, harness/_trajectory.py)."""
+    (recording every step when it has several and the record fits, harness/_trajectory.py); and the float64 JAX
+    reference when a pair runs its JAX side elsewhere (`run_jax_side`: the worker does both), else None."""
     from comparisons.runs.jax_run import run_jax
     from comparisons.runs.torch_run import run_torch
 
@@ -200,11 +209,22 @@ def _run_all(run: RunInputs, strategies, torch_side, jax_list, progress, float64
     run, notes = with_trajectory(run, parameters, len(strategies), float64)
     runs = [run_torch(run, torch_module, *torch_side, progress=lambda: progress("torch"))]
     runs[0].notes += notes
-    with _jax_precision(run.config.dtype):
+    if _runs_elsewhere(run.pair):
+        jax_runs, jax64 = run.pair.run_jax_side(run, list(strategies), len(jax_list), float64)
+        for jax_run in jax_runs:
+            for _ in range(2 * run.config.steps):
+                progress(jax_run.label)
+        return run, runs + jax_runs, jax64
+    with jax_precision(run.config.dtype):
         for strategy in strategies:
             runs.append(run_jax(run, flax_module, variables, jax_list, strategy,
                                 progress=lambda s=strategy: progress(f"jax:{s}")))
-    return run, runs
+    return run, runs, None
+
+
+def _runs_elsewhere(pair) -> bool:
+    """Whether `pair` runs its JAX side itself, in another process (comparisons.traced: torchax's trace)."""
+    return callable(getattr(pair, "run_jax_side", None))
 
 
 def _build(pair, config):
@@ -219,7 +239,7 @@ def _build(pair, config):
 
 
 @contextlib.contextmanager
-def _jax_precision(dtype: str):
+def jax_precision(dtype: str):
     """float64 needs JAX's x64 mode; enable it for this block only (it is thread-local config)."""
     import jax
 

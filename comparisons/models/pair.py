@@ -80,14 +80,7 @@ class ModelPair:
         checked against the Flax module's own init shapes (traced, not compiled). Apply float64
         variables under `jax.enable_x64(True)`: without it JAX silently computes in float32.
         """
-        import torch
-
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            torch_module = self.make_torch()
-            self._check_made("make_torch", torch_module, isinstance(torch_module, torch.nn.Module),
-                             "torch.nn.Module; return the torch model, e.g. make_torch=lambda: MyNet()")
-            torch_module = torch_module.to(torch.float64 if np.dtype(dtype) == np.float64 else torch.float32)
+        torch_module = self.build_torch(seed, dtype)
         flax_module = self.make_flax()
         self._check_made("make_flax", flax_module, callable(getattr(flax_module, "init", None))
                          and callable(getattr(flax_module, "apply", None)),
@@ -96,6 +89,18 @@ class ModelPair:
             return torch_module, flax_module, given_variables(self.variables, dtype)
         variables = self.torch_to_flax(torch_module.state_dict(), like=self.flax_shapes(flax_module))
         return torch_module, flax_module, variables
+
+    def build_torch(self, seed: int = 0, dtype: Any = np.float32) -> Any:
+        """The torch module alone: made under `torch.manual_seed(seed)` (the global torch RNG is left untouched)
+        and cast to `dtype`."""
+        import torch
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            torch_module = self.make_torch()
+            self._check_made("make_torch", torch_module, isinstance(torch_module, torch.nn.Module),
+                             "torch.nn.Module; return the torch model, e.g. make_torch=lambda: MyNet()")
+            return torch_module.to(torch.float64 if np.dtype(dtype) == np.float64 else torch.float32)
 
     def _check_made(self, function: str, made: Any, ok: bool, expected: str) -> None:
         if not ok:

@@ -87,7 +87,7 @@ def test_the_layer_slot_renders_only_when_the_report_has_a_layer_view():
     side = {"max_abs": 0.0, "rel": 0.0, "verdict": "agree", "cause": None, "message": ""}
     parted = {"max_abs": 3.0e-3, "rel": 3.0e-3, "verdict": "differs", "cause": "port", "message": ""}
     report.layer_view = [{"torch": "fc1", "flax": "fc1", "kind": "linear", "call": 0, "input": side, "output": parted},
-                         {"torch": "fc2", "flax": "fc2", "kind": "linear", "call": 0, "input": parted, "output": parted}]
+                         dict(torch="fc2", flax="fc2", kind="linear", call=0, input=parted, output=parted)]
     html = report.render("html")
     order = positions(html, "<section class=summary>", "<section id=layers>", "<table class=grid>")
     assert order == sorted(order)

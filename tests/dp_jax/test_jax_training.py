@@ -375,3 +375,23 @@ def test_params_an_earlier_step_donated_are_refused_naming_the_leaf():
     step(*first[:3], x)  # donates first's params
     with pytest.raises(dp_jax.UsageError, match=r"params\['Dense_0'\]\['bias'\] was donated to an earlier call"):
         step(*first[:3], x)
+
+
+@pytest.mark.parametrize("strategy", MAPPED)
+def test_value_and_grad_leaves_an_integer_counter_in_the_variables_undifferentiated(strategy):
+    # torch's num_batches_tracked, carried in a collection as torch's traced models carry it: an int leaf
+    rng = np.random.default_rng()
+    w = jnp.asarray(rng.standard_normal((3, 2)), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((7, 3)), jnp.float32)
+    count = int(rng.integers(0, 100))
+
+    def apply(variables, x):
+        return x @ variables["params"]["w"] + variables["counters"]["seen"].astype(jnp.float32)
+
+    wrapper = dp_jax.DataParallel(apply, devices(4), strategy=strategy)
+    step = wrapper.value_and_grad(lambda variables, x: (wrapper.apply(variables, x) ** 2).sum())
+    variables = {"params": {"w": w}, "counters": {"seen": jnp.asarray(count, jnp.int32)}}
+    loss, grads = step(variables, x)
+    expected = jax.grad(lambda w: ((x @ w + count) ** 2).sum())(w)
+    np.testing.assert_allclose(np.asarray(grads["params"]["w"]), np.asarray(expected), rtol=1e-5, atol=1e-5)
+    assert grads["counters"]["seen"].dtype == jax.dtypes.float0
