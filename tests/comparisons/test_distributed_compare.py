@@ -140,7 +140,7 @@ def test_an_uneven_global_batch_is_measured_against_ddps_own_objective():
 
 @pytest.mark.parametrize("kwargs, words", [
     ({"batch_size": 10}, "multiple of 4"),
-    ({"pair": "my_own_net"}, "built-in pairs only"),
+    ({"pair": "my_own_net"}, "'my_own_net' is not a registered pair"),
     ({"batch_size": 1, "sides": ("torch",)}, "part 1 would get no rows"),
     ({"sides": ("tensorflow",)}, "sides=['tensorflow']"),
     ({"processes": 0}, "processes=0"),
