@@ -40,9 +40,15 @@ def pair_sources(name: str, imports: Sequence[str]) -> tuple[str, ...]:
 
 
 def _module_holding(pair: ModelPair) -> str | None:
-    """'module:ATTRIBUTE' of the first importable module whose attribute is `pair` itself."""
+    """'module:ATTRIBUTE' of the first importable module whose attribute is `pair` itself.
+
+    The main script (also under multiprocessing's alias `__mp_main__`) is skipped: a worker cannot import it.
+    """
+    main = sys.modules.get("__main__")
     for module_name, module in list(sys.modules.items()):
-        if module_name == "__main__" or module is None or not getattr(module, "__file__", None):
+        spec = getattr(module, "__spec__", None)
+        if module is None or module is main or spec is None or spec.name != module_name \
+                or not getattr(module, "__file__", None):
             continue
         for attribute, value in list(vars(module).items()):
             if value is pair:

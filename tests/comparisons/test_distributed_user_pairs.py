@@ -55,6 +55,19 @@ def test_a_built_in_pair_needs_no_import_and_a_user_pair_is_found_where_it_lives
     assert python_path(["tiny_pairs:TINY"]) == [str(user_folder.resolve())]
 
 
+def test_the_main_script_and_its_multiprocessing_alias_are_never_the_import_target(user_folder, monkeypatch):
+    import tiny_pairs
+
+    main = sys.modules["__main__"]
+    monkeypatch.setattr(main, "TINY_FROM_MAIN", tiny_pairs.TINY, raising=False)  # `from tiny_pairs import TINY`
+    monkeypatch.setitem(sys.modules, "__mp_main__", main)
+    monkeypatch.setitem(sys.modules, "aaa_script_alias", main)  # any other name of the main module
+    monkeypatch.delitem(sys.modules, "tiny_pairs")
+    monkeypatch.setitem(sys.modules, "tiny_pairs", tiny_pairs)  # now after the aliases: the scan meets them first
+    models.register(tiny_pairs.TINY)
+    assert pair_sources("tiny_tanh", ()) == ("tiny_pairs:TINY",)
+
+
 def test_a_pair_defined_in_main_is_refused_before_any_process_starts(user_folder):
     import tiny_pairs
 
