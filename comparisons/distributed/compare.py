@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from comparisons.distributed.config import WorkerConfig, chunk_rows
@@ -63,12 +64,19 @@ def compare_distributed(pair: str | ModelPair, *, processes: int = 2, devices: i
 
 
 def _launch(side: str, config: WorkerConfig, processes: int, timeout: float) -> Launch:
+    command = [sys.executable, "-m", WORKERS[side], config.to_json()]
+    return Launch(command, processes, side=side, timeout=timeout, env={"PYTHONPATH": _worker_path(config)})
+
+
+def _worker_path(config: WorkerConfig) -> str:
+    """PYTHONPATH for the workers: this process's comparisons first (not whichever one their cwd or an
+    install would find), then the folders of the pair's import targets, then the caller's PYTHONPATH."""
+    import comparisons
     from comparisons.distributed.pairs import python_path
 
-    command = [sys.executable, "-m", WORKERS[side], config.to_json()]
-    folders = [*python_path(config.sources), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return Launch(command, processes, side=side, timeout=timeout,
-                  env={"PYTHONPATH": os.pathsep.join(dict.fromkeys(folders))} if config.sources else None)
+    ours = str(Path(comparisons.__file__).resolve().parents[1])
+    given = filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    return os.pathsep.join(dict.fromkeys([ours, *python_path(config.sources), *given]))
 
 
 def _pair_name(pair: Any) -> str:

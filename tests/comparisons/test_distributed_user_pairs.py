@@ -119,3 +119,12 @@ def test_compare_distributed_imports_a_registering_module_for_an_uneven_batch(us
     assert any(c.compared == "torch DDP x2 vs DataParallel x2 on DDP's objective" for c in report.checks)
     with pytest.raises(ComparisonError, match=r"batch_size=7 does not split into 2 x 2 equal shards"):
         compare_distributed("tiny_imported", processes=2, devices=2, batch_size=7, imports=("tiny_registering",))
+
+
+def test_the_workers_import_this_processes_comparisons_whatever_their_folder(monkeypatch):
+    from comparisons.distributed.compare import _worker_path
+    from comparisons.distributed.config import WorkerConfig
+
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    folders = _worker_path(WorkerConfig("mlp", 4, 1)).split(os.pathsep)
+    assert folders == [str(Path(__import__("comparisons").__file__).resolve().parents[1]), "/somewhere/else"]
