@@ -121,6 +121,14 @@ def test_placement_records_say_which_process_holds_each_tensor(report):
     assert {r.shape[0] for r in jax_map if r.role == "input" and r.path == "args.0"} == {2}
 
 
+def test_the_notes_explain_jax_device_ids_beside_their_mesh_positions(report):
+    [note] = [n for n in report.notes if n.startswith("jax device names are JAX's device ids")]
+    held = sorted({(r.process, r.logical_index, r.device) for r in report.placements[JAX]})
+    for process, index, device in held:
+        assert f"{device} (device {index})" in note and index // 2 == process
+    assert "process 1: cpu:2048 (device 2), cpu:2049 (device 3)" in note  # JAX 0.10's ids for process 1
+
+
 def test_the_html_and_json_reports_show_process_by_device(report):
     page = report.render("html")
     assert "Placement: process × device (torch)" in page and f"Placement: process × device ({JAX})" in page
