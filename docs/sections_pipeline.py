@@ -28,6 +28,7 @@ def _sizes(chunks) -> str:
 
 # Virtual torch devices are process-global, so the torch half runs in a child interpreter.
 _TORCH_PLACEMENT_CHILD = """
+import json
 import torch
 from torch import nn
 import dp_torch
@@ -40,18 +41,47 @@ model = nn.Sequential()
 model.add_module("fc", nn.Linear(3, 2))
 model.add_module("bn", nn.BatchNorm1d(2))
 model.to(devices[0])
+model.scale = torch.full((2,), 2.0, device=devices[0])  # a plain attribute: neither parameter nor buffer
 replicas = dp_torch.replicate(model, devices)
-print(placement_of(replicas, devices=devices, original=model).to_json())
+print(json.dumps({"placement": placement_of(replicas, devices=devices, original=model).to_rows(),
+                  "plain": [[str(r.scale.device), r.scale is model.scale] for r in replicas]}))
 """
 
+# The torch tensor each Flax variable holds, layer by layer (None: Flax has no counterpart).
+_TWINS = {"fc.weight": "params.fc.kernel", "fc.bias": "params.fc.bias", "bn.weight": "params.bn.scale",
+          "bn.bias": "params.bn.bias", "bn.running_mean": "batch_stats.bn.mean",
+          "bn.running_var": "batch_stats.bn.var", "bn.num_batches_tracked": None}
 
-def _placement_rows(framework: str, placement) -> list[list[str]]:
-    cells: dict[tuple[str, str], list[str]] = {}
-    for record in placement:
-        where = f"`{record.device}`" + (" (the original)" if record.aliases_original else "")
-        cells.setdefault((record.role, record.path), []).append(where)
-    ordered = sorted(cells.items(), key=lambda item: item[0][0] != "param")  # params first, as torch lists them
-    return [[framework, role, f"`{path}`", *where] for (role, path), where in ordered]
+
+def _where(records) -> dict[str, list]:
+    """{path: [(device, aliases the original) per replica]}."""
+    cells: dict[str, list] = {}
+    for record in sorted(records, key=lambda r: r.replica):
+        cells.setdefault(record.path, []).append((record.device, bool(record.aliases_original)))
+    return cells
+
+
+def _cell(*places) -> str:
+    """'`vdev:1` · `cpu:1`', plus ', the original' when every framework's replica holds the original."""
+    shared = {aliases for _, aliases in places}
+    if len(shared) != 1:
+        raise AssertionError(f"torch and JAX alias differently: {places}")
+    return " · ".join(f"`{device}`" for device, _ in places) + (", the original" if shared.pop() else "")
+
+
+def _placement_rows(torch_map, jax_map, plain) -> list[list[str]]:
+    torch_cells, jax_cells = _where(torch_map), _where(jax_map)
+    roles = {r.path: r.role for r in torch_map}
+    if set(_TWINS) != set(torch_cells) or {t for t in _TWINS.values() if t} != set(jax_cells):
+        raise AssertionError(f"unpaired tensors: torch {sorted(torch_cells)}, JAX {sorted(jax_cells)}")
+    rows = []
+    for path, twin in _TWINS.items():
+        places = zip(torch_cells[path], jax_cells[twin]) if twin else ((t,) for t in torch_cells[path])
+        rows.append([path.split(".")[0], roles[path], f"`{path}`", f"`{twin}`" if twin else "— (none, see below)",
+                     *(_cell(*p) for p in places)])
+    rows.append(["(the model)", "plain attribute", "`scale`", "— (not a variable)",
+                 *(f"`{device}`" + (", the original" if same else "") for device, same in plain)])
+    return rows
 
 
 @generator("placement")
@@ -65,7 +95,8 @@ def placement_table() -> str:
 
     child = subprocess.run([sys.executable, "-c", _TORCH_PLACEMENT_CHILD], capture_output=True, text=True,
                            check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    torch_map = PlacementMap.from_rows(json.loads(child.stdout))
+    torch_side = json.loads(child.stdout)
+    torch_map = PlacementMap.from_rows(torch_side["placement"])
 
     class Net(nn.Module):
         @nn.compact
@@ -76,8 +107,8 @@ def placement_table() -> str:
     variables = jax.device_put(Net().init(jax.random.key(0), np.ones((4, 3), np.float32)), devices[0])
     replicas = dp_jax.replicate(variables, devices)
     jax_map = placement_of(replicas, devices=devices, original=variables, per_replica=True)
-    header = ["framework", "role", "tensor", "replica 0", "replica 1", "replica 2"]
-    return table(header, _placement_rows("PyTorch", torch_map) + _placement_rows("JAX", jax_map))
+    header = ["layer", "role", "torch tensor", "JAX tensor", "replica 0", "replica 1", "replica 2"]
+    return table(header, _placement_rows(torch_map, jax_map, torch_side["plain"]))
 
 
 # --- scatter.md, uneven_batches.md: chunk sizes ---------------------------------------------------

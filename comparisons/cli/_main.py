@@ -4,7 +4,7 @@ Exit status: 0 when every check passes, 1 when one fails, 2 on bad input (a `Usa
 alone on stderr), 3 when a multi-process worker fails, 70 on an internal error (any other exception: a
 bug of ours, shown with its traceback), 130 on Ctrl-C (no report file is left behind).
 Pairs from user code: `--pair module:NAME`, `--import module`, and the entry-point group
-`dp_compare.pairs` (comparisons/cli/user_pairs.py).
+`dp_compare.pairs` (comparisons/models/user_pairs.py, which the multi-process workers use too).
 """
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if getattr(args, "processes", None) is not None and getattr(args, "layers", False):
             raise UsageError("run: --layers with --processes is not supported: the layer view runs in one "
                              "process; drop --processes to see it")
-        report = (_run_distributed(args, argv) if getattr(args, "processes", None) is not None \
+        report = (_run_distributed(args, argv, settings["pair"]) if getattr(args, "processes", None) is not None \
             else _run(settings))
     except _usage_errors() as error:  # ComparisonError, ConversionError, UserPairError, the backends' refusals
         print(f"error: {error}", file=sys.stderr)
@@ -115,7 +115,7 @@ def _usage_errors() -> tuple[type[Exception], ...]:
 
 def _load_user_pairs(args: argparse.Namespace):
     """Installed packages' pairs (entry points), then --import modules, then --pair objects (the last returned)."""
-    from comparisons.cli import user_pairs
+    from comparisons.models import user_pairs
 
     if getattr(args, "pairs", None) or getattr(args, "imports", None):
         # a user module may start JAX on import (transformers' Flax models do): give it its CPU devices first
@@ -249,11 +249,12 @@ def _run(settings: dict):
         return compare(pair, progress=advance, **settings)
 
 
-def _run_distributed(args: argparse.Namespace, argv: Sequence[str] | None):
-    """DDP and multi-process JAX (comparisons.distributed); a failed worker exits with status 3."""
+def _run_distributed(args: argparse.Namespace, argv: Sequence[str] | None, pair: str):
+    """DDP and multi-process JAX (comparisons.distributed) on `pair`, whose --import / --pair targets the workers
+    import too; a failed worker exits with status 3."""
     from comparisons.distributed.cli import run_from_args
 
-    return run_from_args(args, argv)
+    return run_from_args(args, argv, pair)
 
 
 def emit(report, fmt: str, out: str | None) -> None:

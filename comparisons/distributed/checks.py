@@ -131,7 +131,21 @@ def _notes(config, processes, sides, torch_rows, results, seconds) -> list[str]:
         worst = max(r["seconds"] for r in results["jax"])
         notes.append(f"jax: {processes} process(es) x {config.devices} CPU device(s) (jax.distributed, gloo "
                      f"collectives), one mesh of {processes * config.devices}; slowest process {worst:.1f} s")
+        notes.append(_jax_device_names(results["jax"], config.devices))
         notes.append("jax step: dp_jax's compiled step (DataParallel(strategy='sharded').value_and_grad and "
                      "train_step) over every process's devices; the batch built from each process's rows")
     notes.append(f"wall time {seconds:.1f} s: the multi-process runs and the one-process references together")
     return notes
+
+
+def _jax_device_names(ranks: list[dict], devices: int) -> str:
+    """Why process 1's devices are called e.g. cpu:2048: names are JAX device ids, not positions in the mesh."""
+    names = {}
+    for result in ranks:
+        for row in result["placement"]:
+            names.setdefault(row["process"], set()).add((row["logical_index"], row["device"]))
+    held = "; ".join(f"process {p}: " + ", ".join(f"{d} (device {i})" for i, d in sorted(names[p]))
+                     for p in sorted(names))
+    return (f"jax device names are JAX's device ids, which each process numbers from its own base (process k's "
+            f"first CPU device is id k x 2048 on JAX 0.10), not mesh positions; the checks use the mesh position "
+            f"(device i = process x {devices} + local index): {held}")

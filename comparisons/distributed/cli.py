@@ -17,8 +17,10 @@ PROCESSES_HELP = (
     "evenly over P x devices; exit status 3 when a worker fails or hangs (its rank and stderr are printed)")
 
 
-def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None):
-    """The ComparisonReport for the parsed `run` flags; LaunchError -> message on stderr, SystemExit(3)."""
+def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None, pair: str):
+    """The ComparisonReport of `pair` for the parsed `run` flags; LaunchError -> message on stderr, SystemExit(3).
+
+    The workers import what --import and --pair named (an entry point's pair: the module holding it)."""
     from comparisons.distributed.compare import compare_distributed
     from comparisons.distributed.ranks import LaunchError
     from comparisons.errors import ComparisonError
@@ -31,8 +33,10 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None):
                               "(drop --torch-devices)")
     batch = args.batch if _given("--batch", sys.argv[1:] if argv is None else argv) else None
     try:
-        return compare_distributed(args.model, processes=args.processes, devices=args.devices, batch_size=batch,
-                                   steps=args.steps, optimizer=args.optimizer, dtype=args.dtype, seed=args.seed)
+        imports = [*(getattr(args, "imports", None) or ()), *(getattr(args, "pairs", None) or ())]
+        return compare_distributed(pair, imports=imports, processes=args.processes, devices=args.devices,
+                                   batch_size=batch, steps=args.steps, optimizer=args.optimizer, dtype=args.dtype,
+                                   seed=args.seed)
     except LaunchError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(3) from None

@@ -8,10 +8,12 @@ by-design difference, DataParallel with DDP's loss weighting and torch on the wh
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from comparisons.distributed.config import WorkerConfig, chunk_rows
 from comparisons.distributed.launcher import Launch
@@ -19,17 +21,22 @@ from comparisons.distributed.ranks import SIDES
 from comparisons.errors import ComparisonError
 from comparisons.verdicts import ComparisonReport
 
+if TYPE_CHECKING:
+    from comparisons.models import ModelPair
+
 WORKERS = {"torch": "comparisons.distributed.torch_worker", "jax": "comparisons.distributed.jax_worker"}
 
 
-def compare_distributed(pair: str, *, processes: int = 2, devices: int = 2, batch_size: int | None = None,
+def compare_distributed(pair: str | ModelPair, *, processes: int = 2, devices: int = 2, batch_size: int | None = None,
                         steps: int = 2, optimizer: str = "sgd", dtype: str = "float32", seed: int = 0,
                         sides: Sequence[str] = SIDES, timeout: float = 120.0,
-                        rendezvous_timeout: float = 60.0) -> ComparisonReport:
+                        rendezvous_timeout: float = 60.0, imports: Sequence[str] = ()) -> ComparisonReport:
     """Run `pair` under DDP (P ranks) and multi-process JAX (P x D devices); judge them in one report.
 
     Args:
-      pair: a built-in pair's name (each worker is a fresh process and finds the pair by name).
+      pair: a pair's name (built in, registered or from an entry point) or a ModelPair. Each worker is a
+        fresh process: a pair that is not built in is imported there again, from `imports` or else from
+        the module that holds it (one defined in __main__ is refused; see distributed/pairs.py).
       processes: P, the number of torch ranks and of JAX processes.
       devices: D, emulated CPU devices per JAX process (torch ranks use one CPU each).
       batch_size: the global batch; None = 4 rows per JAX device (4 P D). The JAX side needs a
@@ -37,13 +44,16 @@ def compare_distributed(pair: str, *, processes: int = 2, devices: int = 2, batc
       sides: "torch", "jax" or both.
       timeout: seconds per multi-process run, start-up included; rendezvous_timeout bounds the
         workers' init_process_group / jax.distributed.initialize.
+      imports: what the workers import before they look the pair up: 'module' (it registers the pair)
+        or 'module:NAME' (a ModelPair object), as the CLI's --import and --pair.
     Cost: 2 P Python processes (imports ~5-10 s each on a busy 2-core machine) plus the
     single-process runs, which overlap with them. Raises LaunchError when a rank fails or hangs.
     """
     from comparisons.distributed import checks
 
-    config = _config(pair, processes=processes, devices=devices, batch_size=batch_size, steps=steps,
-                     optimizer=optimizer, dtype=dtype, seed=seed, sides=sides, rendezvous_timeout=rendezvous_timeout)
+    config = _config(_pair_name(pair), imports, processes=processes, devices=devices, batch_size=batch_size,
+                     steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, sides=sides,
+                     rendezvous_timeout=rendezvous_timeout)
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         runs = {side: stack.enter_context(_launch(side, config, processes, timeout)) for side in sides}
@@ -55,19 +65,49 @@ def compare_distributed(pair: str, *, processes: int = 2, devices: int = 2, batc
 
 def _launch(side: str, config: WorkerConfig, processes: int, timeout: float) -> Launch:
     command = [sys.executable, "-m", WORKERS[side], config.to_json()]
-    return Launch(command, processes, side=side, timeout=timeout)
+    return Launch(command, processes, side=side, timeout=timeout, env={"PYTHONPATH": _worker_path(config)})
 
 
-def _config(pair: str, *, processes: int, devices: int, batch_size: int | None, steps: int, optimizer: str,
-            dtype: str, seed: int, sides: Sequence[str], rendezvous_timeout: float) -> WorkerConfig:
+def _worker_path(config: WorkerConfig) -> str:
+    """PYTHONPATH for the workers: this process's comparisons first (not whichever one their cwd or an
+    install would find), then the folders of the pair's import targets, then the caller's PYTHONPATH."""
+    import comparisons
+    from comparisons.distributed.pairs import python_path
+
+    ours = str(Path(comparisons.__file__).resolve().parents[1])
+    given = filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    return os.pathsep.join(dict.fromkeys([ours, *python_path(config.sources), *given]))
+
+
+def _pair_name(pair: Any) -> str:
+    """`pair`'s name; a ModelPair object is registered first (its name must be free or its own)."""
+    from comparisons import models
+
+    if not isinstance(pair, models.ModelPair):
+        return pair
+    if pair.name not in models.names():
+        models.register(pair)
+    elif models.get(pair.name) is not pair:
+        raise ComparisonError(f"compare_distributed: pair={pair.name!r}: a different pair of that name is "
+                              "registered already; give yours another name")
+    return pair.name
+
+
+def _config(pair: str, imports: Sequence[str], *, processes: int, devices: int, batch_size: int | None,
+            steps: int, optimizer: str, dtype: str, seed: int, sides: Sequence[str],
+            rendezvous_timeout: float) -> WorkerConfig:
+    from comparisons import models
+    from comparisons.distributed.pairs import pair_sources
     from comparisons.judge import TOLERANCES
-    from comparisons.models.builtin import BUILTIN
     from comparisons.runs import OPTIMIZERS
 
-    builtin = [p.name for p in BUILTIN]
-    if pair not in builtin:
-        raise ComparisonError(f"compare_distributed: pair={pair!r}; the workers are fresh processes that know the "
-                              f"built-in pairs only: {builtin}")
+    if not isinstance(pair, str) or pair not in models.names():
+        raise ComparisonError(f"compare_distributed: pair={pair!r} is not a registered pair; pass one of "
+                              f"{models.names()}, a ModelPair, or import the module that registers yours first")
+    if isinstance(imports, str):
+        raise ComparisonError(f"compare_distributed: imports={imports!r} is one string; pass a tuple, "
+                              f"imports=({imports!r},)")
+    sources = pair_sources(pair, imports)
     for name, value in (("processes", processes), ("devices", devices), ("steps", steps)):
         _positive(name, value)
     if isinstance(sides, str):  # it would iterate letter by letter
@@ -91,7 +131,7 @@ def _config(pair: str, *, processes: int, devices: int, batch_size: int | None, 
         chunk_rows(batch, processes)
     except ValueError as error:
         raise ComparisonError(f"compare_distributed: {error}") from None
-    return WorkerConfig(pair, batch, steps, optimizer, dtype, seed, devices, float(rendezvous_timeout))
+    return WorkerConfig(pair, batch, steps, optimizer, dtype, seed, devices, float(rendezvous_timeout), sources)
 
 
 def _positive(name: str, value: Any) -> int:

@@ -14,6 +14,8 @@ class WorkerConfig:
 
     `devices` is the number of (emulated CPU) devices per JAX process; torch ranks use one CPU each.
     `rendezvous_timeout` bounds `init_process_group` / `jax.distributed.initialize` (seconds).
+    `sources` are what a worker imports before it looks `pair` up ('module' or 'module:NAME'; none for a
+    built-in pair): comparisons/distributed/pairs.py.
     """
 
     pair: str
@@ -24,13 +26,15 @@ class WorkerConfig:
     seed: int = 0
     devices: int = 1
     rendezvous_timeout: float = 60.0
+    sources: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> WorkerConfig:
-        return cls(**json.loads(text))
+        fields = json.loads(text)
+        return cls(**{**fields, "sources": tuple(fields.get("sources", ()))})
 
 
 def chunk_rows(batch_size: int, parts: int) -> list[tuple[int, int]]:

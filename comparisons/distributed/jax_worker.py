@@ -62,10 +62,10 @@ def train(config: Any, rank: int) -> dict[str, Any]:
     import jax
     import numpy as np
 
-    from comparisons import models
     from comparisons.distributed import multihost_step as step
+    from comparisons.distributed import pairs
 
-    pair = models.get(config.pair)
+    pair = pairs.load(config.pair, config.sources)
     _, flax_module, variables = pair.build(seed=config.seed, dtype=np.dtype(config.dtype))
     inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
     n_in = len(inputs)

@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from comparisons import models
 from comparisons.convert import torch_grads_to_flax
+from comparisons.distributed import pairs
 from comparisons.distributed.config import WorkerConfig, chunk_rows
 from comparisons.distributed.ranks import write_result
 from comparisons.placement import PlacementMap, placement_of
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
 
 def train(config: WorkerConfig, rank: int, world: int) -> dict[str, Any]:
     """K DDP steps on this rank's rows of the global batch; the numbers and placement to hand back."""
-    pair = models.get(config.pair)
+    pair = pairs.load(config.pair, config.sources)
     dtype = np.dtype(config.dtype)
     module = torch_model(pair, config.seed, dtype)
     inputs, targets = pair.make_inputs(config.batch_size, config.seed, dtype)

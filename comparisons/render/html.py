@@ -112,8 +112,9 @@ def _grids(report: ComparisonReport) -> str:
     """One table: torch's tensor and devices, then the Flax tensor beside it and each strategy's devices."""
     torch_map = report.placements.get("torch", PlacementMap(()))
     jax_labels = [label for label in report.placements if label != "torch"]
-    torch_grid = _every_device(torch_map.grid(), report.devices)
-    jax_grids = [_every_device(report.placements[label].grid(), report.devices) for label in jax_labels]
+    torch_grid = _every_device(torch_map.grid(), _device_count(torch_map, report.devices))
+    jax_grids = [_every_device(report.placements[label].grid(), _device_count(report.placements[label], report.devices))
+                 for label in jax_labels]
     spans = [len(torch_grid[0]) + 1] + [len(grid[0]) + (i == 0) for i, grid in enumerate(jax_grids)]
     groups = "".join(f"<colgroup span={span} class=backend></colgroup>" for span in spans)
     top = "".join(f"<th class=group colspan={span}>{escape(label)}</th>"
@@ -130,6 +131,14 @@ def _grids(report: ComparisonReport) -> str:
             cells += (_name_cell(flax_key, why) if i == 0 else "") + _device_cells(grid, flax_key)
         lines.append(f"<tr>{cells}</tr>")
     return "\n".join(lines + ["</table>"])
+
+
+def _device_count(placement: PlacementMap, devices: int) -> int:
+    """The logical devices a backend's columns span: the report's `devices`, except in a multi-process run,
+    where each backend has its own (DDP's P ranks beside JAX's P x D devices): those its records name."""
+    if any(r.process is not None for r in placement):
+        return len({r.logical_index for r in placement if r.logical_index is not None})
+    return devices
 
 
 def _every_device(grid: tuple, devices: int) -> tuple:

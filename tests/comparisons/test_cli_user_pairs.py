@@ -83,7 +83,7 @@ def test_a_broken_entry_point_is_named_without_a_traceback(user_folder):
     ("tiny_pairs:make_inputs", "--pair tiny_pairs:make_inputs is a function, not a comparisons.models.ModelPair"),
 ])
 def test_a_bad_pair_spec_names_the_flag_value_and_fix(user_folder, monkeypatch, spec, message):
-    from comparisons.cli import user_pairs
+    from comparisons.models import user_pairs
 
     monkeypatch.syspath_prepend(str(user_folder))
     with pytest.raises(user_pairs.UserPairError) as raised:
@@ -103,7 +103,7 @@ BROKEN_MODULES = {  # name: (source, the line named, what the message says happe
 @pytest.mark.parametrize("name", sorted(BROKEN_MODULES))
 @pytest.mark.parametrize("flag", ["--import", "--pair"])
 def test_a_module_that_fails_at_import_is_named_with_its_file_and_line(tmp_path, monkeypatch, name, flag):
-    from comparisons.cli import user_pairs
+    from comparisons.models import user_pairs
 
     source, line, what = BROKEN_MODULES[name]
     (tmp_path / f"{name}.py").write_text(source)

@@ -121,6 +121,14 @@ def test_placement_records_say_which_process_holds_each_tensor(report):
     assert {r.shape[0] for r in jax_map if r.role == "input" and r.path == "args.0"} == {2}
 
 
+def test_the_notes_explain_jax_device_ids_beside_their_mesh_positions(report):
+    [note] = [n for n in report.notes if n.startswith("jax device names are JAX's device ids")]
+    held = sorted({(r.process, r.logical_index, r.device) for r in report.placements[JAX]})
+    for process, index, device in held:
+        assert f"{device} (device {index})" in note and index // 2 == process
+    assert "process 1: cpu:2048 (device 2), cpu:2049 (device 3)" in note  # JAX 0.10's ids for process 1
+
+
 def test_the_html_and_json_reports_show_process_by_device(report):
     page = report.render("html")
     assert "Placement: process × device (torch)" in page and f"Placement: process × device ({JAX})" in page
@@ -140,7 +148,7 @@ def test_an_uneven_global_batch_is_measured_against_ddps_own_objective():
 
 @pytest.mark.parametrize("kwargs, words", [
     ({"batch_size": 10}, "multiple of 4"),
-    ({"pair": "my_own_net"}, "built-in pairs only"),
+    ({"pair": "my_own_net"}, "'my_own_net' is not a registered pair"),
     ({"batch_size": 1, "sides": ("torch",)}, "part 1 would get no rows"),
     ({"sides": ("tensorflow",)}, "sides=['tensorflow']"),
     ({"processes": 0}, "processes=0"),

@@ -120,3 +120,21 @@ def test_in_a_real_browser_the_page_does_not_scroll_sideways_but_the_tables_do(t
     assert measured["tallest_number"] < 2 * measured["line_height"] + 8, measured  # no number wraps
     assert measured["note_lines"] == NOTE.count("\n") + 1, measured
     assert measured["cells_wrapped"] == 0, measured
+
+
+@pytest.mark.parametrize("processes, devices", [(2, 2), (3, 2), (2, 3)])
+def test_a_multi_process_grid_gives_each_backend_only_its_own_devices(processes, devices):
+    # DDP: one rank per process, on "cpu"; JAX: processes x devices, as compare_distributed records them
+    ddp = [PlacementRecord(rank, "fc.weight", "param", "cpu", rank, (3, 4), "float32", None, rank)
+           for rank in range(processes)]
+    mesh = [PlacementRecord(i, "params.fc.kernel", "param", f"cpu:{i}", i, (4, 3), "float32", None, i // devices)
+            for i in range(processes * devices)]
+    report = dataclasses.replace(small_report(), devices=processes * devices, layers={"fc": "fc"},
+                                 placements={"torch": PlacementMap(tuple(ddp)),
+                                             "jax:multi-process": PlacementMap(tuple(mesh))})
+    page = report.render("html")
+    grid = page[page.index("<h2>Placement: device × tensor</h2>"):page.index("Placement: process × device")]
+    spans = [int(n) for n in re.findall(r"<colgroup span=(\d+) class=backend>", grid)]
+    assert spans == [processes + 1, processes * devices + 1]  # each: its device columns and a tensor column
+    row = grid[grid.index("fc.weight"):].split("</tr>", 1)[0]
+    assert row.count("<td class=cell") == processes + processes * devices  # every column holds the tensor

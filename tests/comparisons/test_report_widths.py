@@ -12,7 +12,7 @@ import pytest
 from _helpers_harness import small_report
 from _table_cells import COLUMNS, header, rows, squeezed, table_lines
 
-from comparisons.cli._main import emit
+from comparisons.cli import emit
 from comparisons.render import format_number, to_table, verdict
 from comparisons.render.text import shown_leaves
 from comparisons.verdicts import Check

@@ -1,4 +1,5 @@
-"""Model pairs from user code, for the CLI: `--pair module:NAME`, `--import module`, and installed packages.
+"""Model pairs from user code: `--pair module:NAME`, `--import module`, installed packages; the CLI and the
+multi-process workers (which import the same targets) load them here.
 
 An installed package offers pairs through the entry-point group `dp_compare.pairs`:
 

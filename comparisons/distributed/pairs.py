@@ -1,0 +1,79 @@
+"""Which pair the workers run: built in, or from user code they import again (they are fresh processes).
+
+The parent names, for a pair that is not built in, the import targets that define it: what the user
+gave (`--import module`, `--pair module:NAME`, `imports=`), or else the module holding the registered
+pair object (an entry point's module, or a module the user imported). Each worker imports the same
+targets before it looks the pair up, with those modules' folders on its PYTHONPATH. A pair defined
+in `__main__` (a script, a notebook) cannot be imported again and is refused, naming the way out.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from comparisons.errors import UsageError
+from comparisons.models import ModelPair
+
+
+def pair_sources(name: str, imports: Sequence[str]) -> tuple[str, ...]:
+    """The import targets ('module' or 'module:NAME') that make `name` known in a fresh process.
+
+    Costs a scan of sys.modules' attributes when `imports` is empty and the pair is not built in.
+    """
+    from comparisons import models
+    from comparisons.models.builtin import BUILTIN
+
+    if name in {p.name for p in BUILTIN}:
+        return ()
+    if imports:
+        return tuple(imports)
+    found = _module_holding(models.get(name))
+    if found is None:
+        raise UsageError(
+            f"compare_distributed: pair {name!r} is not built in and no importable module holds it (defined in "
+            "__main__, a script or a notebook?); the workers are fresh processes that import the pair again: "
+            "define it in a module on PYTHONPATH and pass imports=('module',) or ('module:NAME',) "
+            "(CLI: --import module or --pair module:NAME)")
+    return (found,)
+
+
+def _module_holding(pair: ModelPair) -> str | None:
+    """'module:ATTRIBUTE' of the first importable module whose attribute is `pair` itself.
+
+    The main script (also under multiprocessing's alias `__mp_main__`) is skipped: a worker cannot import it.
+    """
+    main = sys.modules.get("__main__")
+    for module_name, module in list(sys.modules.items()):
+        spec = getattr(module, "__spec__", None)
+        if module is None or module is main or spec is None or spec.name != module_name \
+                or not getattr(module, "__file__", None):
+            continue
+        for attribute, value in list(vars(module).items()):
+            if value is pair:
+                return f"{module_name}:{attribute}"
+    return None
+
+
+def python_path(sources: Sequence[str]) -> list[str]:
+    """The folders the workers need on PYTHONPATH to import `sources` as this process did."""
+    roots = []
+    for source in sources:
+        module = importlib.import_module(source.partition(":")[0])
+        depth = module.__name__.count(".") + (Path(module.__file__).name == "__init__.py")
+        roots.append(str(Path(module.__file__).resolve().parents[depth]))
+    return list(dict.fromkeys(roots))
+
+
+def load(name: str, sources: Sequence[str]) -> ModelPair:
+    """In a worker: import `sources` (registering their pairs), then the pair called `name`."""
+    from comparisons import models
+    from comparisons.models import user_pairs
+
+    for source in sources:
+        if ":" in source:
+            user_pairs.load_pair(source, flag="--pair")
+        else:
+            user_pairs.import_module(source)
+    return models.get(name)
