@@ -19,7 +19,7 @@ from comparisons.judge import compare_trees
 from comparisons.layers._align import pair_calls
 from comparisons.layers._capture import flax_interceptor, torch_hooks
 from comparisons.layers._forward import build
-from comparisons.layers._records import Call
+from comparisons.layers._records import Bounds, Call
 from comparisons.placement import canonical_path
 from comparisons.runs import RunInputs
 
@@ -31,7 +31,7 @@ def replica_divergences(run: RunInputs, torch_devices: Sequence[Any], jax_device
     Costs one forward per chunk per backend on the replicas and as many on one device, eagerly (JAX op by
     op), in the run's dtype; the pair is built once more per backend.
     """
-    tol = (rtol, atol)
+    tol = Bounds(rtol, atol)
     return _torch_replicas(run, list(torch_devices), tol) + _jax_replicas(run, list(jax_devices), tol)
 
 
@@ -95,7 +95,7 @@ def _named(backend: str, mapping, calls: list[Call], singles: list[list[Call]], 
 
 
 def _first_difference(backend: str, mapping, pairs, replica: int, device: Any, tol) -> dict[str, Any] | None:
-    rtol, atol = tol
+    rtol, atol, _ = tol
     for layer_index, k, mine, single in pairs:
         layer = mapping[layer_index]
         for side in ("input", "output"):

@@ -13,7 +13,7 @@ from comparisons.report import SCHEMA_VERSION
 
 TOP_LEVEL = {"schema_version", "model", "batch_size", "devices", "chunk_sizes", "strategies", "steps",
              "optimizer", "dtype", "seed", "torch_devices", "tolerance", "ok", "checks", "placements", "notes",
-             "layers", "precision"}
+             "layers", "precision", "layer_view", "first_divergence", "replica_divergences"}
 CHECK_FIELDS = {"subject", "compared", "passed", "max_abs", "rel_norm", "tolerance", "detail", "leaves", "cause"}
 LEAF_FIELDS = {"path", "max_abs", "rel", "passed", "cause", "kind", "atol", "message"}
 TOLERANCE_FIELDS = {"rtol", "rtol_source", "atol", "atol_source", "float64_rtol"}
