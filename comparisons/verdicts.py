@@ -18,7 +18,7 @@ from comparisons.errors import UsageError
 if TYPE_CHECKING:
     from comparisons.placement import PlacementMap
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)

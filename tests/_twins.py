@@ -223,6 +223,50 @@ def logits_mse_jax(out, y):
     return mse_jax(out["logits"], y)
 
 
+# --- one layer called twice (shared weights): tanh between the calls in torch, relu in the buggy twin --------------
+
+class TorchShared(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.out = torch.nn.Linear(6, 6), torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.fc(torch.tanh(self.fc(x)))))
+
+
+class FlaxShared(nn.Module):
+    between: str = "relu"  # the bug; "tanh" is torch's
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        fc = nn.Dense(6, name="fc")
+        act = getattr(jax.nn, self.between) if self.between != "tanh" else jnp.tanh
+        return nn.Dense(3, name="out")(jnp.tanh(fc(act(fc(x)))))
+
+
+# --- a replica that keeps state across calls: each call scales by how many calls came before ---------------------
+
+class TorchCounting(TorchTwoLayer):
+    """`calls` lives in the module's __dict__, which dp_torch.replicate's shallow copies share: every replica
+    appends to one list, so replica i scales by a count the single-device run on its chunk never sees."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list = []
+
+    def between(self, h):
+        self.calls.append(None)
+        return h * len(self.calls)
+
+
+class FlaxCounting(nn.Module):
+    """The Flax half computes what torch's single-device call computes (one call: x 1)."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        return nn.Dense(3, name="fc2")(nn.Dense(8, name="fc1")(x))
+
+
 TWINS = {  # name -> (torch class, Flax module, make_inputs)
     "layernorm_epsilon": (TorchNorm, FlaxNorm(), regression(3.0)),
     "gelu_tanh": (TorchGelu, FlaxGelu("tanh"), regression()),
@@ -231,6 +275,8 @@ TWINS = {  # name -> (torch class, Flax module, make_inputs)
     "conv_padding": (TorchConv, FlaxConv(), images),
     "batchnorm_momentum": (TorchBN, FlaxBN(), regression()),
     "post_processing": (TorchHeads, FlaxHeads(), regression()),
+    "shared_layer_relu": (TorchShared, FlaxShared(), regression()),
+    "counting_calls": (TorchCounting, FlaxCounting(), regression()),
     # honest twins
     "layernorm_same_epsilon": (TorchNorm, FlaxNorm(1e-5), regression(3.0)),
     "gelu_exact": (TorchGelu, FlaxGelu("exact"), regression()),
@@ -238,6 +284,7 @@ TWINS = {  # name -> (torch class, Flax module, make_inputs)
     "reordered_sum": (TorchSum, FlaxSum(), regression()),
     "conv_circular": (TorchConv, FlaxConv("CIRCULAR"), images),
     "batchnorm_same_momentum": (TorchBN, FlaxBN(0.9), regression()),
+    "shared_layer": (TorchShared, FlaxShared("tanh"), regression()),
 }
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from comparisons.convert import RULES, Layer
 from comparisons.judge import compare_trees, judge_cross, larger, measured_rounding
 from comparisons.layers._forward import Forward
-from comparisons.layers._records import Call, Row, Side
+from comparisons.layers._records import Bounds, Call, Row, Side
 from comparisons.verdicts import Leaf
 
 Pairs = list[tuple[int, int, Call | None, Call | None]]  # (layer, call number, torch call, Flax call)
@@ -39,8 +39,8 @@ def pair_calls(torch_calls: Sequence[Call], flax_calls: Sequence[Call]) -> Pairs
 
 
 def rows(mapping: Sequence[Layer], float32: tuple[Forward, Forward], float64: tuple[Forward, Forward] | None,
-         tol: tuple[float, float | None]) -> list[Row]:
-    """Every row of the view, judged; `tol` is (rtol, the user's atol or None)."""
+         tol: Bounds) -> list[Row]:
+    """Every row of the view, judged under `tol`."""
     wide = {} if float64 is None else {(layer, k): (t, f) for layer, k, t, f in
                                        pair_calls(float64[0].calls, float64[1].calls)}
     found = []
@@ -49,7 +49,7 @@ def rows(mapping: Sequence[Layer], float32: tuple[Forward, Forward], float64: tu
         t64, f64 = wide.get((layer_index, k), (None, None))
         sides = [judge_side(f"{layer.torch}.{name}", _value(layer, torch_call, name, torch=True),
                             _value(layer, flax_call, name), _value(layer, t64, name, torch=True),
-                            _value(layer, f64, name), tol, float64 is not None)
+                            _value(layer, f64, name), tol, float64 is not None or tol.cause is not None)
                  for name in ("input", "output")]
         found.append(Row(layer.torch, layer.flax, layer.kind, k, *sides))
     return found
@@ -62,9 +62,9 @@ def _value(layer: Layer, call: Call | None, name: str, *, torch: bool = False) -
     return getattr(RULES[layer.kind].activations, name + "s")(value)
 
 
-def judge_side(path: str, torch32, flax32, torch64, flax64, tol: tuple[float, float | None],
-               measured: bool) -> Side:
-    """One row side, torch against Flax (arrays in Flax's layout); `measured`: the float64 forwards ran."""
+def judge_side(path: str, torch32, flax32, torch64, flax64, tol: Bounds, measured: bool) -> Side:
+    """One row side, torch against Flax (arrays in Flax's layout); `measured`: a cause is known (the float64
+    forwards ran, or the run is float64)."""
     if torch32 is None or flax32 is None:
         absent = "torch" if torch32 is None else "Flax"
         return Side(None, None, "missing", message=f"`{path}`: no value on the {absent} side (no call, a call "
@@ -72,7 +72,7 @@ def judge_side(path: str, torch32, flax32, torch64, flax64, tol: tuple[float, fl
     torch32, flax32 = broadcast(torch32, flax32)
     torch64, flax64 = broadcast(torch64, flax64)
     return side_of(judge_trees(path, ({path: flax32}, {path: torch32}),
-                               None if not measured or torch64 is None or flax64 is None
+                               None if torch64 is None or flax64 is None
                                else ({path: flax64}, {path: torch64}), tol), measured)
 
 
@@ -89,12 +89,14 @@ def broadcast(a: np.ndarray | None, b: np.ndarray | None) -> tuple[np.ndarray | 
 
 
 def judge_trees(subject: str, float32: tuple[Any, Any], float64: tuple[Any, Any] | None,
-                tol: tuple[float, float | None]) -> list[Leaf]:
-    """The leaves of (Flax, torch) trees judged torch against JAX, with a cause when float64 trees are given."""
-    rtol, atol = tol
+                tol: Bounds) -> list[Leaf]:
+    """The leaves of (Flax, torch) trees judged torch against JAX, with a cause when float64 trees are given
+    (else `tol.cause`)."""
+    rtol, atol, cause = tol
     sides = ("jax", "torch")
     if float64 is None:
-        return list(compare_trees(subject, "torch vs jax", *float32, rtol, atol=atol, sides=sides).leaves)
+        return list(compare_trees(subject, "torch vs jax", *float32, rtol, atol=atol, sides=sides,
+                                  cause=cause).leaves)
     rounding = larger(measured_rounding(float32[1], float64[1]), measured_rounding(float32[0], float64[0]))
     return list(judge_cross(subject, "torch vs jax", float32, float64, rtol, atol=atol, rounding=rounding,
                             sides=sides).leaves)

@@ -81,11 +81,20 @@ def flax_module_path(layer: Layer) -> str:
 def flax_interceptor(mapping: Sequence[Layer], replica: int | None = None) -> Iterator[list[Call]]:
     """Records every mapped Flax module's `__call__` inside the block (eager `apply` only: a call traced by
     jit or scan is recorded as `traced`, with no values)."""
-    import flax.linen as nn
     import jax
 
+    with _intercepted(mapping, lambda index, arguments, output: _flax_call(index, replica, arguments, output,
+                                                                           jax)) as calls:
+        yield calls
+
+
+@contextlib.contextmanager
+def _intercepted(mapping: Sequence[Layer], record: Callable[[int, Any, Any], Any]) -> Iterator[list]:
+    """Every mapped Flax module's `__call__` in the block, as record(layer index, (args, kwargs), output)."""
+    import flax.linen as nn
+
     targets = {flax_module_path(layer): i for i, layer in enumerate(mapping)}
-    calls: list[Call] = []
+    calls: list = []
 
     def interceptor(next_fun, args, kwargs, context):
         output = next_fun(*args, **kwargs)
@@ -93,10 +102,41 @@ def flax_interceptor(mapping: Sequence[Layer], replica: int | None = None) -> It
         if context.method_name == "__call__" and scope is not None:
             index = targets.get(canonical_path("/".join(map(str, scope.path))))
             if index is not None:
-                calls.append(_flax_call(index, replica, (args, kwargs), output, jax))
+                calls.append(record(index, (args, kwargs), output))
         return output
     with nn.intercept_methods(interceptor):
         yield calls
+
+
+def compiled_recorder(flax_module: Any, mapping: Sequence[Layer], mutable: Any) -> Callable[..., list[Call]]:
+    """(variables, inputs, replica) -> the calls of one training-mode apply, run as one jitted program on the
+    device the arguments are committed to (one compile per device and input shape, instead of one per
+    primitive as op-by-op dispatch costs there). The recorded values are returned as the program's outputs,
+    so a layer called inside a JAX transform (nn.scan) cannot be returned: that apply runs eagerly instead."""
+    import jax
+    import jax.numpy as jnp
+
+    def is_array(x):
+        return isinstance(x, (jax.Array, np.ndarray))
+
+    def run(variables, x):
+        def record(index, arguments, output):
+            return jnp.int32(index), first_tensor(arguments, is_array), first_tensor(output, is_array)
+        with _intercepted(mapping, record) as calls:
+            flax_module.apply(variables, *x, train=True, mutable=mutable)
+        return calls
+    program = jax.jit(run)
+
+    def calls_of(variables, x, replica):
+        try:
+            found = jax.device_get(program(variables, tuple(x)))
+        except jax.errors.UnexpectedTracerError:
+            with flax_interceptor(mapping, replica) as calls:
+                flax_module.apply(variables, *x, train=True, mutable=mutable)
+            return list(calls)
+        return [Call(int(index), replica, None if a is None else np.array(a), None if b is None else np.array(b))
+                for index, a, b in found]
+    return calls_of
 
 
 def _flax_call(index: int, replica: int | None, arguments: Any, output: Any, jax: Any) -> Call:

@@ -2,10 +2,11 @@
 
 The same recorders as the layer view: torch's hooks see every replica `dp_torch.replicate` made (told apart
 by module identity) while `dp_torch.parallel_apply` runs them in threads; JAX's interceptor sees each
-replica's eager call on its own device, on the chunk `dp_jax.scatter` gave it, with the variables
-`dp_jax.replicate` committed there. A replica whose layers compute differently from one device on the same
-chunk (it reads another replica's tensor, keeps state across calls, depends on its device) is named with its
-device and its first differing layer.
+replica's call on its own device (one jitted program per device, as the explicit strategy runs), on the
+chunk `dp_jax.scatter` gave it, with the variables `dp_jax.replicate` committed there. A replica whose
+layers compute differently from one device on the same chunk (it reads another replica's tensor or a stale
+copy, keeps state across calls, depends on its device) is named with its device and its first differing
+layer.
 """
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ import numpy as np
 
 from comparisons.judge import compare_trees
 from comparisons.layers._align import pair_calls
-from comparisons.layers._capture import flax_interceptor, torch_hooks
+from comparisons.layers._capture import compiled_recorder, torch_hooks
 from comparisons.layers._forward import build
-from comparisons.layers._records import Call
+from comparisons.layers._records import Bounds, Call
 from comparisons.placement import canonical_path
 from comparisons.runs import RunInputs
 
@@ -31,7 +32,7 @@ def replica_divergences(run: RunInputs, torch_devices: Sequence[Any], jax_device
     Costs one forward per chunk per backend on the replicas and as many on one device, eagerly (JAX op by
     op), in the run's dtype; the pair is built once more per backend.
     """
-    tol = (rtol, atol)
+    tol = Bounds(rtol, atol)
     return _torch_replicas(run, list(torch_devices), tol) + _jax_replicas(run, list(jax_devices), tol)
 
 
@@ -73,14 +74,11 @@ def _jax_replicas(run: RunInputs, devices: list, tol) -> list[dict[str, Any]]:
     replicas = dp_jax.replicate(variables, devices[:len(chunks)])
     calls, singles = [], []
     home = jax.device_put(variables, devices[0])
+    calls_of = compiled_recorder(flax_module, pair.mapping, mutable)
     with jax.default_matmul_precision("highest"):
         for i, (replica, chunk) in enumerate(zip(replicas, chunks)):
-            with flax_interceptor(pair.mapping, replica=i) as replica_calls:
-                flax_module.apply(replica, *chunk, train=True, mutable=mutable)
-            calls += replica_calls
-            with flax_interceptor(pair.mapping) as single_calls:
-                flax_module.apply(home, *jax.device_put(chunk, devices[0]), train=True, mutable=mutable)
-            singles.append(list(single_calls))
+            calls += calls_of(replica, chunk, i)
+            singles.append(calls_of(home, jax.device_put(chunk, devices[0]), None))
     return _named("jax", pair.mapping, calls, singles, devices[:len(chunks)], tol)
 
 
@@ -95,7 +93,7 @@ def _named(backend: str, mapping, calls: list[Call], singles: list[list[Call]], 
 
 
 def _first_difference(backend: str, mapping, pairs, replica: int, device: Any, tol) -> dict[str, Any] | None:
-    rtol, atol = tol
+    rtol, atol, _ = tol
     for layer_index, k, mine, single in pairs:
         layer = mapping[layer_index]
         for side in ("input", "output"):

@@ -8,7 +8,7 @@ from typing import Any
 from comparisons.judge import cross
 from comparisons.layers._align import judge_trees, rows, side_of
 from comparisons.layers._forward import forwards
-from comparisons.layers._records import Row, Side
+from comparisons.layers._records import Bounds, Row, Side
 from comparisons.layers._walk import first_divergence
 from comparisons.runs import RunInputs
 from comparisons.verdicts import Check
@@ -43,12 +43,13 @@ def layer_view(run: RunInputs, checks: Sequence[Check] = (), *, rtol: float, ato
     dtype = run.config.dtype
     float32 = forwards(run, dtype)
     wide = forwards(run, "float64") if float64 and dtype != "float64" else None
-    found = rows(run.pair.mapping, float32, wide, (rtol, atol))
-    output = _output_side(run.pair, float32, wide, (rtol, atol))
+    tol = Bounds(rtol, atol, "port" if dtype == "float64" else None)
+    found = rows(run.pair.mapping, float32, wide, tol)
+    output = _output_side(run.pair, float32, wide, tol)
     return LayerView(found, output, first_divergence(found, output, run.pair.mapping, checks))
 
 
-def _output_side(pair: Any, float32, float64, tol) -> Side:
+def _output_side(pair: Any, float32, float64, tol: Bounds) -> Side:
     narrow = cross(pair, "outputs", float32[1].output, float32[0].output)
     wide = None if float64 is None else cross(pair, "outputs", float64[1].output, float64[0].output)
-    return side_of(judge_trees("outputs", narrow, wide, tol), float64 is not None)
+    return side_of(judge_trees("outputs", narrow, wide, tol), float64 is not None or tol.cause is not None)
