@@ -176,7 +176,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--strategy", action="append", metavar="S",
                      help=f"dp_jax strategy: {', '.join(STRATEGIES)}; repeatable or a comma list "
                           "(default: every strategy)")
-    run.add_argument("--steps", type=int, default=2, help="optimizer steps (default 2)")
+    run.add_argument("--steps", type=int, default=2,
+                     help="optimizer steps (default 2); with 2 or more the report shows the drift per step")
     run.add_argument("--padding", action="store_true",
                      help="also measure what padding the last chunk (a pmap port) would change: labelled "
                           "'padding' notes, never judged")

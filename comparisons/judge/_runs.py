@@ -98,6 +98,6 @@ def parametrisation_note(runs: list[BackendRun]) -> list[str]:
     torch_count, jax_count = runs[0].parameter_count, runs[-1].parameter_count
     if torch_count == jax_count:
         return []
-    return [f"params_after_steps not compared across backends: torch trains {torch_count} parameters and "
-            f"Flax {jax_count} (e.g. LSTM: torch's two biases per gate are one in Flax), so the same "
+    return [f"params_after_steps and the drift per step not compared across backends: torch trains {torch_count} "
+            f"parameters and Flax {jax_count} (e.g. LSTM: torch's two biases per gate are one in Flax), so the same "
             "optimizer moves them differently; outputs and gradients are still compared"]
