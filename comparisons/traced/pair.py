@@ -99,7 +99,8 @@ def pair_from_torch(module_or_factory: Any, *, make_inputs: Callable, loss_torch
       module_or_factory: a torch `nn.Module` (picklable: its class importable), a factory () -> module
         defined at a module's top level, or a 'package.module:factory' / 'path/to/file.py:factory' target.
       make_inputs: (batch_size, seed, dtype) -> (inputs tuple, targets), numpy, as `ModelPair.make_inputs`.
-      loss_torch: (output, targets) -> scalar tensor, top-level (the worker imports it by name and traces it).
+      loss_torch: (output, targets) -> scalar tensor, top-level (the worker imports it by name and traces it),
+        or a target string naming one.
       name: the report's model name (default: the module's class or the target), labelled "traced by torchax".
       timeout: seconds the JAX worker may take.
     Cost: builds the module once here (torch only). torchax is imported in the worker process alone.
@@ -111,6 +112,13 @@ def pair_from_torch(module_or_factory: Any, *, make_inputs: Callable, loss_torch
                              "make_inputs(batch_size, seed, dtype) -> (inputs, targets)")
     torch_source = source_of(module_or_factory, "module_or_factory")
     loss_source = source_of(loss_torch, "loss_torch")
+    if isinstance(loss_torch, str):
+        from comparisons.traced.jax_side import resolve
+
+        loss_torch = resolve(loss_torch, "loss_torch")
+    if not callable(loss_torch):
+        raise UsageTypeError(f"pair_from_torch: loss_torch={loss_torch!r} is not callable; pass "
+                             "loss_torch(output, targets) -> scalar tensor, or a 'module:function' target")
     make_torch = _factory(module_or_factory)
     probe = ModelPair("probe", make_torch, _in_worker, (), make_inputs, loss_torch, _in_worker).build_torch()
     parameters = tuple(n for n, _ in probe.named_parameters())
