@@ -65,8 +65,8 @@ class CountingBuffer(nn.Module):
         return self.fc(x)
 
 
-class HiddenUpdate(nn.Module):
-    """A buffer written through .data: the trace never sees the write."""
+class RebindsBuffer(nn.Module):
+    """A buffer replaced by assignment in forward: torch keeps the new tensor, a functional trace does not."""
 
     def __init__(self):
         super().__init__()
@@ -74,17 +74,21 @@ class HiddenUpdate(nn.Module):
         self.register_buffer("last_mean", torch.zeros(4))
 
     def forward(self, x):
-        self.last_mean.data = x.detach().mean(0).cpu()
+        self.last_mean = x.detach().mean(0)
         return self.fc(x)
 
 
 class Untraceable(nn.Module):
+    """aten.segment_reduce has no torchax lowering (torchax 0.0.14.dev20261026)."""
+
     def __init__(self):
         super().__init__()
-        self.fc = nn.Linear(4, 4)
+        self.fc = nn.Linear(4, 2)
 
     def forward(self, x):
-        return torch.linalg.eigvals(self.fc(x).reshape(-1, 2, 2)).real.reshape(x.shape[0], -1)
+        y = self.fc(x)
+        sums = torch.segment_reduce(y.flatten(), "sum", lengths=torch.full((x.shape[0],), 2))
+        return y + sums[:, None]
 
 
 def images(batch, seed, dtype):

@@ -85,18 +85,21 @@ class TracedApply:
         self.env = import_torchax().default_env()
         self.jittable = JittableModule(module, dedup_parameters=True)
         self.buffer_names = buffer_names
-        self._constants = self.env.t2j_copy({k: v for k, v in self.jittable.buffers.items() if k not in buffer_names})
 
     def variables(self) -> dict:
-        """The module's weights as this function's variables (a JAX copy, on JAX's default device)."""
-        params = self.env.t2j_copy(dict(self.jittable.params))
-        buffers = self.env.t2j_copy({k: self.jittable.buffers[k] for k in self.buffer_names})
-        return {"params": params, "batch_stats": buffers} if buffers else {"params": params}
+        """The module's weights as this function's variables (a JAX copy, on JAX's default device): params,
+        the state_dict's buffers in 'batch_stats', and non-persistent buffers (a causal mask) in 'constants',
+        so every replica holds a copy of each, as torch's replicas do."""
+        buffers = self.jittable.buffers
+        variables = {"params": self.env.t2j_copy(dict(self.jittable.params)),
+                     "batch_stats": self.env.t2j_copy({k: buffers[k] for k in self.buffer_names}),
+                     "constants": self.env.t2j_copy({k: v for k, v in buffers.items() if k not in self.buffer_names})}
+        return {name: tree for name, tree in variables.items() if tree or name == "params"}
 
     def apply(self, variables: Mapping, *inputs: Any, train: bool = False, mutable: Any = False,
               rngs: Any = None) -> Any:
         self.module.train(train)
-        buffers = {**self._constants, **variables.get("batch_stats", {})}
+        buffers = {**variables.get("constants", {}), **variables.get("batch_stats", {})}
         params, buffers, args = self.env.j2t_iso((dict(variables["params"]), buffers, inputs))
         with self.env:
             out = self.jittable.functional_call("forward", params, buffers, *args)

@@ -99,7 +99,8 @@ def pair_from_torch(module_or_factory: Any, *, make_inputs: Callable, loss_torch
       module_or_factory: a torch `nn.Module` (picklable: its class importable), a factory () -> module
         defined at a module's top level, or a 'package.module:factory' / 'path/to/file.py:factory' target.
       make_inputs: (batch_size, seed, dtype) -> (inputs tuple, targets), numpy, as `ModelPair.make_inputs`.
-      loss_torch: (output, targets) -> scalar tensor, top-level (the worker imports it by name and traces it).
+      loss_torch: (output, targets) -> scalar tensor, top-level (the worker imports it by name and traces it),
+        or a target string naming one.
       name: the report's model name (default: the module's class or the target), labelled "traced by torchax".
       timeout: seconds the JAX worker may take.
     Cost: builds the module once here (torch only). torchax is imported in the worker process alone.
@@ -111,17 +112,31 @@ def pair_from_torch(module_or_factory: Any, *, make_inputs: Callable, loss_torch
                              "make_inputs(batch_size, seed, dtype) -> (inputs, targets)")
     torch_source = source_of(module_or_factory, "module_or_factory")
     loss_source = source_of(loss_torch, "loss_torch")
+    if isinstance(loss_torch, str):
+        from comparisons.traced.jax_side import resolve
+
+        loss_torch = resolve(loss_torch, "loss_torch")
+    if not callable(loss_torch):
+        raise UsageTypeError(f"pair_from_torch: loss_torch={loss_torch!r} is not callable; pass "
+                             "loss_torch(output, targets) -> scalar tensor, or a 'module:function' target")
     make_torch = _factory(module_or_factory)
     probe = ModelPair("probe", make_torch, _in_worker, (), make_inputs, loss_torch, _in_worker).build_torch()
     parameters = tuple(n for n, _ in probe.named_parameters())
     persistent = set(probe.state_dict())  # a tied parameter's second name is in the state_dict, but no buffer
     buffers = tuple(n for n, _ in probe.named_buffers() if n in persistent)
+    # Non-persistent buffers are outside torch's state_dict, so outside its snapshots: declared one-sided, listed
+    # in the report's notes, and left out of the cross-framework checks (the JAX side keeps them in 'constants').
+    constants = tuple(n for n, _ in probe.named_buffers() if n not in persistent)
+    # A tied parameter's second name (GPT-2's lm_head.weight is wte.weight): one JAX leaf, as in named_parameters;
+    # declared torch-only, as the Hugging Face pairs declare it.
+    tied = tuple(n for n in persistent if n not in {*parameters, *buffers})
     title = name or (module_or_factory if isinstance(module_or_factory, str) else type(probe).__name__)
     return TracedPair(
         name=f"{title} ({LABEL})", make_torch=make_torch, make_flax=_in_worker,
         mapping=tuple(TracedLayer(n, n) for n in (*parameters, *buffers)), make_inputs=make_inputs,
         loss_torch=loss_torch, loss_jax=_in_worker, has_batch_stats=bool(buffers),
-        description=f"{title}: {LABEL} (no Flax twin)", torch_source=torch_source, loss_source=loss_source,
+        description=f"{title}: {LABEL} (no Flax twin)", torch_only=(*constants, *tied),
+        flax_only=tuple(f"constants.{n}" for n in constants), torch_source=torch_source, loss_source=loss_source,
         parameter_names=parameters, buffer_names=buffers, timeout=timeout)
 
 
