@@ -103,13 +103,13 @@ class ProgramKey:
     """What one compiled program depends on: the key of `program_for`'s cache (no error label in it).
 
     Attributes:
-      record: the strategy.   replica_fn: the hashable replica function.
+      record: the strategy (None in the switch program's own key).   replica_fn: the hashable replica function.
       treedef, static, axes: (args, kwargs)'s structure, its static leaves, each array's split axis.
       devices, axis_name: the mesh the program runs on.   dim: the batch dimension.
       uneven_sizes: torch's unequal chunk sizes (the switch program), or None (the record's own).
     """
 
-    record: Strategy
+    record: Strategy | None
     replica_fn: ReplicaFn
     treedef: Any
     static: tuple
@@ -144,14 +144,25 @@ def program_for(key: ProgramKey, who: str) -> Callable:
 
 @module_cache(maxsize=256)
 def _program(key: ProgramKey) -> Callable:
+    if key.uneven_sizes is not None:
+        return _switch(dataclasses.replace(key, record=None), key.record.stacked)
+    program = key.record.build(_replica(key), key.axes, key.devices, key.axis_name)
+    return lambda variables, arrays, keys: (program(variables, arrays, keys), None)
+
+
+@module_cache(maxsize=128)
+def _switch(key: ProgramKey, stacked: bool) -> Callable:
+    """The jitted switch program of `key` (its `record` left out): it depends on the strategy only through the
+    batch's layout, so 'pmap' and 'sharded' (stacked slots) share one program and one compile."""
+    return jax.jit(switch_program(_replica(key), key.axes, key.devices, key.axis_name, sizes=key.uneven_sizes,
+                                  dim=key.dim, stacked=stacked))
+
+
+def _replica(key: ProgramKey) -> Callable:
+    """key.replica_fn as the programs call it: (variables, arrays, rngs), with the args rebuilt from `arrays`."""
     split = SplitArgs(key.treedef, key.static, [], [])
 
     def replica(variables, arrays, rngs):
         args, kwargs = split.rebuild(arrays)
         return key.replica_fn(variables, rngs, args, kwargs)
-
-    if key.uneven_sizes is not None:
-        return jax.jit(switch_program(replica, key.axes, key.devices, key.axis_name, sizes=key.uneven_sizes,
-                                      dim=key.dim, stacked=key.record.stacked))
-    program = key.record.build(replica, key.axes, key.devices, key.axis_name)
-    return lambda variables, arrays, keys: (program(variables, arrays, keys), None)
+    return replica

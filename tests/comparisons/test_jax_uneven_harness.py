@@ -1,40 +1,60 @@
 """The harness on uneven batches: `python -m comparisons run --batch B --devices 4` for every batch 1..9
-runs every strategy and passes every check (the default tier runs two cases, the full matrix is slow;
-each run is a fresh CLI process, as a user would start it), and the padding section measures what
-padding the last chunk would change without judging it.
+runs every strategy and passes every check, and the padding section measures what padding the last chunk
+would change without judging it. Two cases run the real CLI in a fresh process, as a user would start it
+(default tier); the rest of the matrix runs the same command through the CLI's `main()` in this process
+(slow tier), which shares its compiled programs across cases instead of starting 34 processes from cold.
 """
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from _chunks import torch_chunk_sizes
 from _helpers_harness import run_cli
 
 from comparisons import compare
+from comparisons.cli import main
 from dp_jax import STRATEGIES
 
 MODELS = ("mlp", "cnn_bn", "embedding_lstm", "transformer_block")
 DEFAULT = {("mlp", 5), ("cnn_bn", 7)}  # batch 5 on 4: the kwargs bug; cnn_bn 7: BatchNorm, chunks 2, 2, 2, 1
 
 
+RUN_ARGS = ("--devices", "4", "--format", "json", "--torch-devices", "cpu")
+
+
 def run_json(model: str, batch: int) -> dict:
-    result = run_cli("run", "--model", model, "--devices", "4", "--batch", str(batch), "--format", "json",
-                     "--torch-devices", "cpu", timeout=600)
+    """The CLI's JSON report of `run --model M --batch B --devices 4 --torch-devices cpu`, in a fresh process."""
+    result = run_cli("run", "--model", model, "--batch", str(batch), *RUN_ARGS, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads(result.stdout)
 
 
-@pytest.mark.parametrize("model,batch", [
-    pytest.param(model, batch, marks=() if (model, batch) in DEFAULT else pytest.mark.slow)
-    for model in MODELS for batch in range(1, 10)
-])
-def test_every_strategy_runs_every_batch_and_passes(model, batch):
-    report = run_json(model, batch)
+def main_json(model: str, batch: int, folder: Path) -> dict:
+    """The same command through the CLI's own `main()` in this process: its parser and defaults, one JAX."""
+    out = folder / f"{model}-{batch}.json"
+    assert main(["run", "--model", model, "--batch", str(batch), *RUN_ARGS, "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def assert_every_strategy_passes(report: dict, batch: int) -> None:
     assert report["strategies"] == list(STRATEGIES)
     assert report["ok"] and all(check["passed"] for check in report["checks"])
     assert report["chunk_sizes"] == torch_chunk_sizes(batch, 4)
+
+
+@pytest.mark.parametrize("model,batch", sorted(DEFAULT))
+def test_the_cli_runs_every_strategy_on_an_uneven_batch_and_passes(model, batch):
+    assert_every_strategy_passes(run_json(model, batch), batch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,batch", [(model, batch) for model in MODELS for batch in range(1, 10)
+                                         if (model, batch) not in DEFAULT])
+def test_every_strategy_runs_every_batch_and_passes(model, batch, tmp_path):
+    assert_every_strategy_passes(main_json(model, batch, tmp_path), batch)
 
 
 def padding_lines(report) -> dict[str, str]:

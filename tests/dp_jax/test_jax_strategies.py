@@ -236,12 +236,14 @@ def test_gathering_scalars_warns_as_torch_and_returns_one_value_per_replica(stra
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_repeated_calls_with_same_shapes_do_not_recompile(strategy):
-    # 11 rows, a batch no other test uses: an equal module shares compiled programs across tests
-    model, variables, x = make("mlp", 11, seed=9)
+    # an odd batch of its own per strategy, which no other test uses: an equal module shares compiled programs
+    # across tests, and 'pmap' and 'sharded' share the switch program of an uneven batch
+    batch = 11 + 2 * list(STRATEGIES).index(strategy)
+    model, variables, x = make("mlp", batch, seed=9)
     dp = DataParallel(model, [0, 1, 2, 3], strategy=strategy)
     with counting_compiles() as first:
         dp.apply(variables, x)
-    fresh = [make("mlp", 11, seed=seed)[1:] for seed in (10, 11)]  # new values and arrays, same shapes
+    fresh = [make("mlp", batch, seed=seed)[1:] for seed in (10, 11)]  # new values and arrays, same shapes
     with counting_compiles() as again:
         for new_variables, new_x in fresh:
             dp.apply(new_variables, new_x)
