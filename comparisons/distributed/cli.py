@@ -13,7 +13,8 @@ from collections.abc import Sequence
 PROCESSES_HELP = (
     "run multi-process instead: PyTorch's DistributedDataParallel on P local ranks (gloo) and JAX on P "
     "processes (jax.distributed) x --devices CPU devices each, one global mesh, both checked against "
-    "one-process DataParallel (dp_torch, dp_jax); --batch defaults to 4 rows per JAX device and must split "
+    "one-process DataParallel (dp_torch, dp_jax); any pair: the workers import what --pair / --import name "
+    "(an installed package's pair: the module holding it); --batch defaults to 4 rows per JAX device and must split "
     "evenly over P x devices; exit status 3 when a worker fails or hangs (its rank and stderr are printed)")
 
 
