@@ -121,7 +121,7 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
         report.notes += _padding_section(run, chosen, runs[0], jax_list, tol)
     if layers or needs_layer_view(report.checks):
         with _jax_precision(dtype):
-            add_layer_view(report, run, (torch_list, jax_list), (tol, atol), float64 is not None)
+            add_layer_view(report, run, (torch_list, jax_list), (tol, atol), float64 is not None, asked=layers)
     return report
 
 
