@@ -128,7 +128,7 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
         report.notes.append("layer view: not available when the JAX side runs in another process (a traced pair)")
     elif layers or needs_layer_view(report.checks):
         with jax_precision(dtype):
-            add_layer_view(report, run, (torch_list, jax_list), (tol, atol), float64 is not None)
+            add_layer_view(report, run, (torch_list, jax_list), (tol, atol), float64 is not None, asked=layers)
     return report
 
 

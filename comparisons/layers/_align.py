@@ -49,7 +49,7 @@ def rows(mapping: Sequence[Layer], float32: tuple[Forward, Forward], float64: tu
         t64, f64 = wide.get((layer_index, k), (None, None))
         sides = [judge_side(f"{layer.torch}.{name}", _value(layer, torch_call, name, torch=True),
                             _value(layer, flax_call, name), _value(layer, t64, name, torch=True),
-                            _value(layer, f64, name), tol, float64 is not None or tol.cause is not None)
+                            _value(layer, f64, name), tol=tol, measured=float64 is not None or tol.cause is not None)
                  for name in ("input", "output")]
         found.append(Row(layer.torch, layer.flax, layer.kind, k, *sides))
     return found
@@ -62,7 +62,7 @@ def _value(layer: Layer, call: Call | None, name: str, *, torch: bool = False) -
     return getattr(RULES[layer.kind].activations, name + "s")(value)
 
 
-def judge_side(path: str, torch32, flax32, torch64, flax64, tol: Bounds, measured: bool) -> Side:
+def judge_side(path: str, torch32, flax32, torch64, flax64, *, tol: Bounds, measured: bool) -> Side:
     """One row side, torch against Flax (arrays in Flax's layout); `measured`: a cause is known (the float64
     forwards ran, or the run is float64)."""
     if torch32 is None or flax32 is None:

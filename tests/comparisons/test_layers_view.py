@@ -178,3 +178,16 @@ def test_run_layers_writes_the_rows_and_the_first_divergence_in_json(tmp_path):
 def test_run_layers_with_processes_is_refused_naming_both_flags():
     result = run_cli("run", "--model", "mlp", "--layers", "--processes", "2")
     assert result.returncode == 2 and "--layers with --processes" in result.stderr
+
+
+def test_a_view_added_unasked_that_cannot_run_leaves_a_note_and_the_verdicts(monkeypatch):
+    from comparisons import layers as layer_package
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted")
+    monkeypatch.setattr(layer_package, "layer_view", broken)
+    report = compare(_twins.make("gelu_tanh", 9), seed=9, strategies=["explicit"], **UNEVEN)
+    assert not report.ok and report.layer_view is None and report.first_divergence is None
+    assert any("layer view: could not run (RuntimeError: planted)" in note for note in report.notes)
+    with pytest.raises(RuntimeError, match="planted"):
+        compare(_twins.make("gelu_tanh", 9), seed=9, strategies=["explicit"], layers=True, **UNEVEN)
