@@ -8,5 +8,6 @@ Above runs/ and judge/; the CLI, distributed/ and the public `comparisons.compar
 """
 from comparisons.errors import ComparisonError
 from comparisons.harness._compare import STRATEGIES, compare, tolerance_record
+from comparisons.harness._trajectory import TRAJECTORY_BYTES, with_trajectory
 
-__all__ = ["STRATEGIES", "ComparisonError", "compare", "tolerance_record"]
+__all__ = ["STRATEGIES", "TRAJECTORY_BYTES", "ComparisonError", "compare", "tolerance_record", "with_trajectory"]

@@ -15,7 +15,7 @@ from comparisons.judge._declared import checks as declared_checks
 from comparisons.judge._declared import conversion_checks, cross
 from comparisons.judge._declared import notes as declared_notes
 from comparisons.judge._drift import classify as classify_drift
-from comparisons.judge._drift import drift, drift_line
+from comparisons.judge._drift import drift, drift_line, relative_gap
 from comparisons.judge._numerics import TOLERANCES, compare_trees, flatten
 from comparisons.judge._padding import padding_notes
 from comparisons.judge._placement import check_aliasing, compare_placement, layer_of
@@ -24,4 +24,5 @@ from comparisons.judge._runs import SUBJECTS, Tolerance, judge_runs, parametrisa
 
 __all__ = ["SUBJECTS", "TOLERANCES", "Tolerance", "check_aliasing", "classify_drift", "compare_placement",
            "compare_trees", "conversion_checks", "cross", "declared_checks", "declared_notes", "drift", "drift_line",
-           "flatten", "judge_runs", "layer_of", "measured_rounding", "padding_notes", "parametrisation_note"]
+           "flatten", "judge_runs", "layer_of", "measured_rounding", "padding_notes", "parametrisation_note",
+           "relative_gap"]

@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from comparisons import compare
-from comparisons.judge import classify_drift, drift_line
-from comparisons.judge._drift import relative_gap
+from comparisons.judge import classify_drift, drift_line, relative_gap
 from comparisons.runs import RunConfig, RunInputs
 
 EPS32, EPS64 = float(np.finfo(np.float32).eps), float(np.finfo(np.float64).eps)
@@ -97,7 +96,7 @@ def test_relative_gap_is_the_worst_leaf_at_its_own_scale_and_noise_leaves_at_the
 
 
 def test_one_step_records_no_drift_and_a_record_past_the_memory_bound_is_a_note():
-    from comparisons.harness._trajectory import TRAJECTORY_BYTES, with_trajectory
+    from comparisons.harness import TRAJECTORY_BYTES, with_trajectory
 
     config = RunConfig(8, 1, "sgd", "float32", 0, 0)
     run = RunInputs(None, config, (), None)
