@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,6 +59,8 @@ def _as_svg(figure: Any) -> str:
 
     buffer = io.StringIO()
     with matplotlib.rc_context({"svg.hashsalt": "dp-compare", "svg.fonttype": "path"}):
-        figure.savefig(buffer, format="svg", metadata={"Date": None})
+        figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
     svg = buffer.getvalue()
-    return svg[svg.index("<svg"):]  # without the XML prolog and doctype: the same text inline or in a file
+    svg = svg[svg.index("<svg"):]  # without the XML prolog and doctype: the same text inline or in a file
+    # nor the RDF metadata block: a self-contained page names no web address
+    return re.sub(r"\s*<metadata>.*?</metadata>", "", svg, count=1, flags=re.S)
