@@ -87,6 +87,8 @@ def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: Fla
     distinct = set(dict(torch_module.named_parameters()))
     layers, one_sided = [], []
     for prefix, sub in torch_module.named_modules():
+        if type(sub).__name__ == "ParametrizationList":
+            continue  # torch's parametrization holds its parent's weight; the parent's rule converts it
         dotted = f"{prefix}." if prefix else ""
         params = [dotted + k for k, v in sub._parameters.items() if v is not None]
         buffers = [dotted + k for k, v in sub._buffers.items() if v is not None]
