@@ -26,7 +26,16 @@ import logging
 from typing import Any
 
 from comparisons.hf._calling import PretrainedCall, call_signature, flax_apply
-from comparisons.hf._checks import BatchDependentOutput, VersionNote, check_models, check_versions, probe_outputs
+from comparisons.hf._checks import (
+    BatchDependentOutput,
+    VersionNote,
+    absent_in_flax,
+    check_models,
+    check_versions,
+    probe_outputs,
+    unreached_parameters,
+    version_note,
+)
 from comparisons.hf._inputs import MakeInputs, derived_inputs, image_inputs, token_inputs
 from comparisons.hf._losses import cross_entropy_jax, cross_entropy_torch, head_of, hidden_square_losses, labels_for
 from comparisons.hf._rules import register_own_parameter_rules, register_rules
@@ -35,7 +44,8 @@ from comparisons.models.derive import pair_from_modules
 from comparisons.models.pair import ModelPair
 
 __all__ = ["BatchDependentOutput", "PretrainedCall", "VersionNote", "cross_entropy_jax", "cross_entropy_torch",
-           "flax_apply", "from_pt_variables", "image_inputs", "pair", "register_rules", "token_inputs"]
+           "flax_apply", "from_pt_variables", "image_inputs", "pair", "register_rules", "token_inputs",
+           "version_note"]
 
 register_rules()
 
@@ -96,9 +106,13 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
         make_inputs = derived_inputs(torch_model, labels=labels_for(shape) if field == "logits" else None)
     default_losses = (cross_entropy_torch, cross_entropy_jax) if field == "logits" else hidden_square_losses(field)
     apply, to_flax = _flax_call(torch_model, flax_model, make_inputs, pretrained)
+    derived_only: list[str] = []
     if pretrained:
-        register_own_parameter_rules(torch_model, _flat_variables(variables, flax_model))
-    _declare(torch_model, overrides)
+        flat = _flat_variables(variables, flax_model)
+        register_own_parameter_rules(torch_model, flat)
+        unreached = unreached_parameters(torch_model, inputs_of(2, 0, _float32())[0], field)
+        derived_only = absent_in_flax(torch_model, flat, unreached)
+    _declare(torch_model, overrides, derived_only)
     return pair_from_modules(
         name, torch_model, apply, make_inputs=make_inputs,
         loss_torch=loss_torch or default_losses[0], loss_jax=loss_jax or default_losses[1],
@@ -123,10 +137,11 @@ def _flax_call(torch_model: Any, flax_model: Any, make_inputs: MakeInputs, pretr
     return PretrainedCall(flax_model, names), None
 
 
-def _declare(torch_model: Any, overrides: dict) -> None:
-    """Add the derived one-sided declarations to the user's (never replacing them)."""
+def _declare(torch_model: Any, overrides: dict, torch_only: list[str]) -> None:
+    """Add the derived one-sided declarations to the user's (never replacing them): the torch cache
+    output, and torch parameters with no Flax twin that are frozen or that the output never reaches."""
     has_bn = any("BatchNorm" in type(m).__name__ for m in torch_model.modules())
-    declared = {"torch_only": ("past_key_values*",),
+    declared = {"torch_only": ("past_key_values*", *torch_only),
                 "known_differences": ("flax_batchnorm_biased_var",) if has_bn else ()}
     for key, value in declared.items():
         overrides[key] = tuple(dict.fromkeys([*value, *overrides.get(key, ())]))

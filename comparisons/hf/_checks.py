@@ -43,26 +43,33 @@ def check_models(name: str, torch_model: Any, flax_model: Any, make_inputs: Any)
                                   f"token_inputs({argument} <= {limit}, ...)")
 
 
-def check_versions(name: str, flax_model: Any) -> None:
-    """Raise VersionNote when the Flax model's code calls `jnp.clip(a_max=)` and this JAX refuses it.
+def version_note(flax_class: type) -> str | None:
+    """One line when `flax_class`'s code calls `jnp.clip(a_max=)` and this JAX refuses it, else None.
 
-    transformers 4.57's Flax T5, mT5 and LongT5 do; JAX removed the keyword. Costs one tiny jnp.clip.
+    transformers 4.57's Flax T5, mT5 and LongT5 do (even building one with `_do_init=False` fails);
+    JAX removed the keyword. Costs one tiny jnp.clip, and reading the class's source files.
     """
     import jax
     import jax.numpy as jnp
     import transformers
 
-    classes = [c for c in type(getattr(flax_model, "module", flax_model)).__mro__ + type(flax_model).__mro__
-               if c.__module__.startswith("transformers.")]
-    sources = {c.__module__ for c in classes}
+    sources = {c.__module__ for c in flax_class.__mro__ if c.__module__.startswith("transformers.")}
     if not any("a_max=" in _source(module) for module in sources):
-        return
+        return None
     try:
         jnp.clip(jnp.zeros(1), a_max=1.0)
     except TypeError:
-        raise VersionNote(f"hf.pair({name!r}): transformers {transformers.__version__}'s {type(flax_model).__name__} "
-                          f"calls jnp.clip(a_max=), which JAX {jax.__version__} removed; this family cannot run with "
-                          "these versions (not a DataParallel difference)") from None
+        return (f"transformers {transformers.__version__}'s {flax_class.__name__} calls jnp.clip(a_max=), which "
+                f"JAX {jax.__version__} removed: this family cannot run with these versions (not a DataParallel "
+                "difference)")
+    return None
+
+
+def check_versions(name: str, flax_model: Any) -> None:
+    """Raise VersionNote when the Flax model's code cannot run with the installed JAX (`version_note`)."""
+    note = version_note(type(flax_model))
+    if note:
+        raise VersionNote(f"hf.pair({name!r}): {note}")
 
 
 def _source(module_name: str) -> str:
@@ -98,3 +105,32 @@ def _field_shapes(torch_model: Any, inputs: tuple) -> dict[str, tuple[int, ...]]
     finally:
         torch_model.train(was_training)
     return {k: tuple(v.shape) for k, v in output.items() if isinstance(v, torch.Tensor)}
+
+
+def unreached_parameters(torch_model: Any, inputs: tuple, field: str) -> set[str]:
+    """Names of trainable torch parameters the output `field` does not reach (one forward and backward;
+    the model's gradients are left as they were: None)."""
+    import torch
+
+    was_training = torch_model.training
+    torch_model.eval()
+    try:
+        output = torch_model(*(torch.from_numpy(x) for x in inputs))
+        output[field].float().sum().backward()
+        unreached = {n for n, p in torch_model.named_parameters() if p.requires_grad and p.grad is None}
+    finally:
+        torch_model.zero_grad(set_to_none=True)
+        torch_model.train(was_training)
+    return unreached
+
+
+def absent_in_flax(torch_model: Any, flax_flat: Any, removable: set[str]) -> list[str]:
+    """Torch parameter names whose module has no Flax twin and that the comparison may leave out:
+    frozen ones (sinusoidal positions: Flax computes them) and those in `removable` (unreached)."""
+    modules = {key[1:-1][:i] for key in flax_flat for i in range(len(key) - 1)}
+    absent = []
+    for name, parameter in torch_model.named_parameters():
+        path = tuple(name.split(".")[:-1])
+        if path not in modules and (not parameter.requires_grad or name in removable):
+            absent.append(name)
+    return absent

@@ -63,15 +63,20 @@ def model_inputs(torch_model: Any) -> tuple[dict[str, Callable], list[str]]:
     config = torch_model.config
     main = torch_model.main_input_name
     makers = {main: _main_input(main, torch_model)}
+    if main == "input_ids" and "pixel_values" in _call_names(torch_model):  # CLIP-like: text and images
+        makers["pixel_values"] = _main_input("pixel_values", torch_model)
     if getattr(config, "is_encoder_decoder", False):
         makers["decoder_input_ids"] = _decoder_ids(_decoder_config(config))
     return makers, _forward_order(torch_model, makers)
 
 
-def _forward_order(torch_model: Any, makers: dict[str, Callable]) -> list[str]:
+def _call_names(torch_model: Any) -> list[str]:
     from ._calling import call_signature
+    return call_signature(torch_model)
 
-    names = call_signature(torch_model)
+
+def _forward_order(torch_model: Any, makers: dict[str, Callable]) -> list[str]:
+    names = _call_names(torch_model)
     wanted = [n for n in names if n in makers]
     if len(wanted) != len(makers):
         raise ComparisonError(f"hf.pair: {type(torch_model).__name__}.forward takes {names[:6]}..., not the inputs "

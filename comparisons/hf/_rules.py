@@ -122,7 +122,8 @@ def register_own_parameter_rules(torch_model: Any, flax_params: Mapping[tuple, A
             rule = Rule(_WEIGHT_NORM, _WEIGHT_NORM[:2], (), _weight_norm_to_flax, _weight_norm_to_torch)
         else:
             leaves = _flax_leaf_names(prefix, names, module, flax_params)
-            rule = Rule(tuple(names), (), (), *bare(tuple(names), leaves))
+            rule = Rule(tuple(names), (), (), *bare(tuple(names), leaves),
+                        flax_names={n: leaf for n, (leaf, _) in leaves.items()})
         register_rule(kind, rule, torch_types=[type(module)], replace=True)
         registered.append(kind)
     return registered

@@ -35,7 +35,7 @@ _SIZES = {  # attribute -> tiny value, set only where the family's config has th
     "num_conv_pos_embeddings": 4, "num_conv_pos_embedding_groups": 2, "hidden_sizes": [8, 16], "depths": [1, 1],
     "groups_width": 8, "window_size": 4, "local_radius": 2, "global_block_size": 4, "decoder_vocab_size": 64,
     "use_cache": False, "layerdrop": 0.0, "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,
-    "mask_time_prob": 0.0, "mask_feature_prob": 0.0, "attention_type": "original_full", "sliding_window": None,
+    "mask_time_prob": 0.0, "mask_feature_prob": 0.0, "attention_type": "original_full",
 }
 _SPECIAL = {"bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2,
             "unk_token_id": 3, "sep_token_id": 4, "cls_token_id": 5, "mask_token_id": 6}
@@ -96,11 +96,13 @@ def _shrink(config: Any, family: str) -> None:
         if hasattr(config, name):
             setattr(config, name, value)
     for name in list(vars(config)):
-        if ("dropout" in name or "pdrop" in name) and isinstance(getattr(config, name), float):
+        if any(w in name for w in ("dropout", "pdrop", "drop_path")) and isinstance(getattr(config, name), float):
             setattr(config, name, 0.0)
     for name, value in _SPECIAL.items():
         if isinstance(getattr(config, name, None), int):
             setattr(config, name, value)
+    if hasattr(config, "num_feat_extract_layers"):
+        config.num_feat_extract_layers = len(config.conv_dim)
     if family == "gpt_neo":
         config.attention_types, config.attention_layers = [[["global", "local"], 1]], ["global", "local"]
     if getattr(config, "num_labels", None) is not None and family in ("resnet", "regnet", "beit", "dinov2", "vit"):
@@ -115,17 +117,20 @@ def run_family(family: str, torch_class: str, flax_class: str, *, strategies: Se
 
     from comparisons.errors import ComparisonError
     from comparisons.harness import compare
-    from comparisons.hf import BatchDependentOutput, VersionNote, pair
+    from comparisons.hf import BatchDependentOutput, VersionNote, pair, version_note
 
     start = time.perf_counter()
 
     def outcome(status: str, reason: str) -> Outcome:
         return Outcome(family, torch_class, flax_class, status, reason, round(time.perf_counter() - start, 1))
     try:
+        note = version_note(getattr(transformers, flax_class))
+        if note:
+            return outcome("version_note", note)
         config = tiny_config(family)
         torch.manual_seed(0)
         torch_model = getattr(transformers, torch_class)(config)
-        flax_model = getattr(transformers, flax_class)(config, _do_init=False)
+        flax_model = _flax_model(getattr(transformers, flax_class), config)
         hf_pair = pair(family, torch_model, flax_model)
         report = compare(hf_pair, batch_size=batch_size, devices=devices, strategies=strategies, steps=1,
                          torch_devices="cpu")
@@ -138,6 +143,16 @@ def run_family(family: str, torch_class: str, flax_class: str, *, strategies: Se
     except Exception as error:  # noqa: BLE001  (the sweep records every family's end, whatever it is)
         return outcome("error", f"{type(error).__name__}: {_first_line(error)}")
     return outcome(*_verdict(report))
+
+
+def _flax_model(flax_class: Any, config: Any) -> Any:
+    """`flax_class(config, _do_init=False)`; composites (encoder-decoder) refuse that, and are initialised."""
+    try:
+        return flax_class(config, _do_init=False)
+    except ValueError as error:
+        if "_do_init" not in str(error):
+            raise
+        return flax_class(config)
 
 
 def _verdict(report: Any) -> tuple[str, str]:

@@ -51,15 +51,18 @@ def checks(pair: Any, runs: list, tol: float) -> list[Check]:
 
 
 def _unused_check(pair: Any, unused: tuple[str, ...], run: Any, tol: float) -> Check:
-    """torch: no .grad; JAX: every gradient leaf of those layers must be exactly zero."""
-    layers = [layer for layer in pair.mapping if any(_owns(layer.torch, name) for name in unused)]
+    """torch: no .grad; JAX: the gradient of each such parameter's Flax leaf must be exactly zero.
+
+    Judged per parameter: an unused mask token beside a used cls token in one layer (DINOv2's
+    embeddings) passes. A parameter with no single Flax leaf (an MHA's packed projections) is
+    judged on every leaf of its layer.
+    """
     grads = flatten(run.dp.gradients)
     nonzero = {}
-    for layer in layers:
-        prefix = canonical_path(layer.flax)
-        for path, leaf in grads.items():
-            if _owns(prefix, path) and np.any(leaf != 0):
-                nonzero[path] = float(np.abs(leaf).max())
+    for name in unused:
+        for path in _flax_leaves_of(pair, name, grads):
+            if np.any(grads[path] != 0):
+                nonzero[path] = float(np.abs(grads[path]).max())
     names = ", ".join(unused[:6]) + (f" (+{len(unused) - 6} more)" if len(unused) > 6 else "")
     if nonzero:
         worst = max(nonzero, key=nonzero.get)
@@ -69,6 +72,23 @@ def _unused_check(pair: Any, unused: tuple[str, ...], run: Any, tol: float) -> C
     return Check("unused_parameters", f"torch vs {run.label}", True, 0.0, None, tol,
                  f"{len(unused)} parameter(s) take no part in the loss: {names} (torch single-device: no .grad, "
                  f"compared as zero; torch DataParallel: zero; {run.label}: exactly zero)")
+
+
+def _flax_leaves_of(pair: Any, name: str, grads: dict) -> list[str]:
+    """The Flax gradient paths of torch parameter `name`: its own leaf, else its layer's leaves."""
+    from comparisons.convert import RULES
+
+    layers = [layer for layer in pair.mapping if _owns(layer.torch, name)]
+    if not layers:
+        return []
+    layer = max(layers, key=lambda entry: len(entry.torch))
+    suffix = name[len(layer.torch) + 1:] if layer.torch else name
+    prefix = canonical_path(layer.flax)
+    leaf = RULES[layer.kind].flax_names.get(suffix, suffix)
+    own = f"{prefix}.{leaf}" if prefix else leaf
+    if own in grads:
+        return [own]
+    return [path for path in grads if _owns(prefix, path)]
 
 
 def _owns(prefix: str, name: str) -> bool:
