@@ -113,11 +113,11 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
         unreached = unreached_parameters(torch_model, inputs_of(2, 0, _float32())[0], field)
         derived_only = absent_in_flax(torch_model, flat, unreached)
     _declare(torch_model, overrides, derived_only)
+    description = overrides.pop("description", f"transformers {type(torch_model).__name__}")
     return pair_from_modules(
         name, torch_model, apply, make_inputs=make_inputs,
         loss_torch=loss_torch or default_losses[0], loss_jax=loss_jax or default_losses[1],
-        variables=variables, to_flax_inputs=to_flax,
-        description=overrides.pop("description", f"transformers {type(torch_model).__name__}"), **overrides)
+        variables=variables, to_flax_inputs=to_flax, description=description, **overrides)
 
 
 def _float32() -> Any:
@@ -140,11 +140,31 @@ def _flax_call(torch_model: Any, flax_model: Any, make_inputs: MakeInputs, pretr
 def _declare(torch_model: Any, overrides: dict, torch_only: list[str]) -> None:
     """Add the derived one-sided declarations to the user's (never replacing them): the torch cache
     output, and torch parameters with no Flax twin that are frozen or that the output never reaches."""
-    has_bn = any("BatchNorm" in type(m).__name__ for m in torch_model.modules())
-    declared = {"torch_only": ("past_key_values*", *torch_only),
-                "known_differences": ("flax_batchnorm_biased_var",) if has_bn else ()}
+    declared = {"torch_only": ("past_key_values*", *torch_only), "known_differences": _known(torch_model)}
     for key, value in declared.items():
         overrides[key] = tuple(dict.fromkeys([*value, *overrides.get(key, ())]))
+
+
+# torch layers that keep part of the computation in float32 whatever the model's dtype (transformers'
+# rotary embeddings under autocast(enabled=False), fixed sinusoidal tables, ALiBi, attention cast up)
+_FLOAT32_LAYERS = ("Rotary", "Sinusoidal", "GPTNeoSelfAttention", "BloomModel", "GPTJAttention")
+
+
+def _known(torch_model: Any) -> tuple[str, ...]:
+    """The KNOWN_DIFFERENCES the torch model's layers imply (each then measured, never silenced)."""
+    classes = [type(m).__name__ for m in torch_model.modules()]
+    found = []
+    if any("BatchNorm" in c for c in classes):
+        found.append("flax_batchnorm_biased_var")
+    if any(marker in c for c in classes for marker in _FLOAT32_LAYERS):
+        found.append("float32_islands")
+    if any(not p.requires_grad for p in torch_model.parameters()):
+        found.append("frozen_in_torch")
+    if any(k for m in torch_model.modules() for k, v in m._buffers.items()
+           if v is not None and v.is_floating_point() and k not in m._non_persistent_buffers_set
+           and "BatchNorm" not in type(m).__name__):
+        found.append("torch_buffer_flax_parameter")
+    return tuple(found)
 
 
 def _flat_variables(variables: Any, flax_model: Any) -> dict:

@@ -61,6 +61,8 @@ class PretrainedCall(FlaxApply):
         super().__init__(model.module, train_arg=None)
         self.model, self.input_names = model, tuple(input_names)
         self.full_variables = "batch_stats" in _shape_tree(model)
+        # most transformers Flax models take `train`; a few (OPT) take `deterministic` instead
+        self.flag = "train" if "train" in inspect.signature(type(model).__call__).parameters else "deterministic"
 
     def _model(self) -> Any:
         model = copy.copy(self.model)
@@ -73,7 +75,8 @@ class PretrainedCall(FlaxApply):
         named = dict(zip(self.input_names, inputs, strict=True))
         params = dict(variables) if self.full_variables else variables["params"]
         extra = {"dropout_rng": rngs["dropout"]} if rngs and "dropout" in rngs else {}
-        result = self._model()(**named, params=params, train=train, **extra)
+        flag = {self.flag: train if self.flag == "train" else not train}
+        result = self._model()(**named, params=params, **flag, **extra)
         if not mutable:
             return result
         # transformers' models with batch statistics return (out, {'batch_stats': ...}) when train

@@ -68,10 +68,10 @@ _WEIGHT_NORM = ("parametrizations.weight.original0", "parametrizations.weight.or
 
 
 def _weight_norm_to_flax(t, layer, check):
-    # torch's original0 (the norm g) is (1, 1, k) for dim=2; Flax's weight_g is the same array.
-    # original1 (the direction v) is (O, I/groups, k); Flax's weight_v is its (k, I/groups, O).
+    # torch's original0 (the norm g, (1, 1, k) for dim=2) and original1 (the direction v, (O, I/groups, k))
+    # are transformers' Flax weight_g and weight_v as they are (FlaxWav2Vec2WeightNormConv1D keeps torch's layout)
     out = {("params", "weight_g"): t["parametrizations.weight.original0"],
-           ("params", "weight_v"): np.transpose(t["parametrizations.weight.original1"], (2, 1, 0))}
+           ("params", "weight_v"): t["parametrizations.weight.original1"]}
     if "bias" in t:
         out[("params", "bias")] = t["bias"]
     return out
@@ -79,7 +79,7 @@ def _weight_norm_to_flax(t, layer, check):
 
 def _weight_norm_to_torch(f, layer, check):
     out = {"parametrizations.weight.original0": f[("params", "weight_g")],
-           "parametrizations.weight.original1": np.transpose(f[("params", "weight_v")], (2, 1, 0))}
+           "parametrizations.weight.original1": f[("params", "weight_v")]}
     if ("params", "bias") in f:
         out["bias"] = f[("params", "bias")]
     return out

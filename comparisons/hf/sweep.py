@@ -101,6 +101,8 @@ def _shrink(config: Any, family: str) -> None:
     for name, value in _SPECIAL.items():
         if isinstance(getattr(config, name, None), int):
             setattr(config, name, value)
+    if hasattr(config, "do_stable_layer_norm"):  # transformers' Flax wav2vec2 supports only this layout
+        config.do_stable_layer_norm, config.feat_extract_norm = True, "layer"
     if hasattr(config, "num_feat_extract_layers"):
         config.num_feat_extract_layers = len(config.conv_dim)
     if family == "gpt_neo":
@@ -129,6 +131,8 @@ def run_family(family: str, torch_class: str, flax_class: str, *, strategies: Se
             return outcome("version_note", note)
         config = tiny_config(family)
         torch.manual_seed(0)
+        if torch_class.endswith("ForCausalLM") and hasattr(config, "is_decoder"):
+            config.is_decoder = True  # a causal LM head on a BERT-like encoder is causal only when told
         torch_model = getattr(transformers, torch_class)(config)
         flax_model = _flax_model(getattr(transformers, flax_class), config)
         hf_pair = pair(family, torch_model, flax_model)
