@@ -15,5 +15,6 @@ def generator(name: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
 
 
 # Each page family registers its generators on import.
+import sections_hf  # noqa: E402,F401
 import sections_pipeline  # noqa: E402,F401
 import sections_training  # noqa: E402,F401

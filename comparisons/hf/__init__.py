@@ -44,6 +44,7 @@ from comparisons.models.derive import pair_from_modules
 from comparisons.models.pair import ModelPair
 
 __all__ = ["BatchDependentOutput", "PretrainedCall", "VersionNote", "cross_entropy_jax", "cross_entropy_torch",
+           "derived_inputs",
            "flax_apply", "from_pt_variables", "image_inputs", "pair", "register_rules", "token_inputs",
            "version_note"]
 

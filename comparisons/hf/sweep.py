@@ -180,6 +180,19 @@ def sweep(only: Sequence[str] | None = None, *, strategies: Sequence[str] | None
             if not only or f in only]
 
 
+def record(outcomes: Sequence[Outcome], strategies: Sequence[str] | None) -> dict:
+    """The outcomes with the versions and settings they were measured under (docs/hf_families.json)."""
+    import jax
+    import torch
+    import transformers
+
+    import dp_jax
+
+    return {"transformers": transformers.__version__, "jax": jax.__version__, "torch": torch.__version__.split("+")[0],
+            "strategies": list(strategies or dp_jax.STRATEGIES), "batch_size": 5, "devices": 2,
+            "outcomes": [asdict(o) for o in outcomes]}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import json
@@ -200,7 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{o.family:26s} {o.status:16s} {o.seconds:6.1f}s {o.reason}", flush=True)
     if args.write:
         with open(args.write, "w") as f:
-            json.dump([asdict(o) for o in outcomes], f, indent=1)
+            json.dump(record(outcomes, strategies), f, indent=1)
+            f.write("\n")
     print(f"{sum(o.status == 'pass' for o in outcomes)} of {len(outcomes)} pass; "
           f"{sum(o.seconds for o in outcomes):.0f} s in all")
     return 0
