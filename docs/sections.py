@@ -27,6 +27,7 @@ def asset(name: str) -> Callable[[Callable[[], str]], Callable[[], str]]:
 
 
 # Each page family registers its generators on import.
+import sections_hf  # noqa: E402,F401
 import sections_pipeline  # noqa: E402,F401
 import sections_report  # noqa: E402,F401
 import sections_training  # noqa: E402,F401

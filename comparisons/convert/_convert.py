@@ -11,6 +11,7 @@ transposes, reshapes and copies), so round trips are bitwise, in float32 and flo
 | batchnorm | weight, bias, running_mean, running_var        | params scale, bias; batch_stats mean, var   |
 | layernorm | weight, bias                                   | params scale, bias                          |
 | embedding | weight (V, E)                                  | params embedding (V, E)                     |
+| tied_bias | bias (O)      (a layer whose weight is tied)   | params bias                                 |
 | mha       | in_proj_weight (3E, E), in_proj_bias (3E),     | params query/key/value kernel (E, H, D),    |
 |           | out_proj.weight (E, E), out_proj.bias (E)      | bias (H, D); out kernel (H, D, E), bias (E) |
 | lstm      | weight_ih_l0 (4H, I), weight_hh_l0 (4H, H),    | params i{i,f,g,o} kernel (I, H);            |

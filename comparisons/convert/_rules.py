@@ -193,6 +193,9 @@ RULES: dict[str, Rule] = {
     "layernorm": Rule(("weight", "bias"), (), (), *_renamer(_NORM_PAIRS), flax_names={"weight": "scale"}),
     "embedding": Rule(("weight",), ("weight",), (), *_renamer((("weight", ("params", "embedding")),)),
                       flax_names={"weight": "embedding"}),
+    # a Linear/Conv whose weight is tied to another module's (an LM head on the input embedding):
+    # the layer owns only its bias; the tied weight converts once, where it is canonical
+    "tied_bias": Rule(("bias",), ("bias",), (), *_renamer((("bias", ("params", "bias")),))),
     "mha": Rule(("in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"),
                  ("in_proj_weight", "out_proj.weight"), (), _mha_to_flax, _mha_to_torch,
                  flax_names={"out_proj.weight": "out.kernel", "out_proj.bias": "out.bias"}),

@@ -76,6 +76,8 @@ def compare_placement(pair, torch_map: PlacementMap, jax_map: PlacementMap, labe
     theirs = PlacementMap(tuple(
         dataclasses.replace(r, path="params." + r.path.removeprefix("batch_stats."))
         if r.role == "buffer" else r for r in theirs))
+    if _one_sided_gradients(pair):
+        mine, theirs = _buffer_as_parameter(mine, theirs)
     differences = mine.diff(theirs, fields=("logical_index", "aliases_original"))
     differences += _unpadded_inputs(mine, padded_replica).diff(_unpadded_inputs(theirs, padded_replica),
                                                                fields=("size",))
@@ -84,6 +86,19 @@ def compare_placement(pair, torch_map: PlacementMap, jax_map: PlacementMap, labe
     padding = "" if padded_replica is None else f"; replica {padded_replica}'s input is padded (size not compared)"
     return Check("placement", f"torch vs {label}", not differences,
                  detail=detail or f"{len(mine)} layer/input/output records agree{padding}")
+
+
+def _buffer_as_parameter(mine: PlacementMap, theirs: PlacementMap) -> tuple[PlacementMap, PlacementMap]:
+    """The declared known difference: a torch buffer record where Flax has a parameter record reads as a
+    parameter, and a Flax gradient record with no torch twin (torch gives a buffer none) is left out."""
+    flax_params = {(r.replica, r.path) for r in theirs if r.role == "param"}
+    torch_params = {(r.replica, r.path) for r in mine if r.role == "param"}
+    mine = PlacementMap(tuple(
+        dataclasses.replace(r, role="param") if r.role == "buffer" and (r.replica, r.path) in flax_params
+        and (r.replica, r.path) not in torch_params else r for r in mine))
+    torch_grads = {(r.replica, r.path) for r in mine if r.role == "grad"}
+    theirs = PlacementMap(tuple(r for r in theirs if r.role != "grad" or (r.replica, r.path) in torch_grads))
+    return mine, theirs
 
 
 def _unpadded_inputs(placement: PlacementMap, padded_replica: int | None) -> PlacementMap:
@@ -109,3 +124,8 @@ def check_aliasing(placement: PlacementMap, label: str) -> Check:
                        for r in wrong[:4])
     return Check("aliasing", f"{label}: replica 0 shares, others copy", bool(replicated) and not wrong,
                  detail=detail or f"{len(replicated)} replica tensors checked")
+
+
+def _one_sided_gradients(pair) -> bool:
+    """Whether a declared known difference leaves Flax gradients without a torch twin."""
+    return bool({"torch_buffer_flax_parameter", "frozen_in_torch"} & set(pair.known_differences))

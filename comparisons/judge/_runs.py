@@ -54,7 +54,7 @@ def judge_runs(pair: Any, runs: list[BackendRun], tol: Tolerance) -> list[Check]
                                         padded_replica=run.padded_replica))
     checks += [check_aliasing(run.placement, run.label) for run in runs
                if any(r.replica is not None and r.role == "param" for r in run.placement)]
-    return checks + declared.checks(pair, runs, tol.rtol)
+    return checks + declared.checks(pair, runs, tol.rtol) + declared.island_checks(pair, runs, tol.reference, checks)
 
 
 def _where_next(checks: list[Check]) -> list[Check]:
@@ -81,7 +81,8 @@ def _cross(pair: Any, subject: str, torch_run: BackendRun, run: BackendRun, tol:
         return compare_trees(subject, compared, *float32, tol.rtol, atol=tol.atol, sides=sides, cause=tol.cross_cause)
     float64 = declared.cross(pair, subject, getattr(tol.reference.jax, subject), getattr(tol.reference.torch, subject))
     return judge_cross(subject, compared, float32, float64, tol.rtol, atol=tol.atol,
-                       rounding=larger(rounding["torch"], rounding[run.label]), sides=sides)
+                       rounding=larger(rounding["torch"], rounding[run.label]), sides=sides,
+                       float32_islands="float32_islands" in pair.known_differences)
 
 
 def _compiled_vs_eager(runs: list[BackendRun], tol: Tolerance) -> list[Check]:

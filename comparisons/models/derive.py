@@ -85,8 +85,11 @@ def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: Fla
     flax_modules = _flax_module_paths(flatten_dict(dict(flax_variables)))
     canonical = set(dict(torch_module.named_parameters())) | set(torch_module.state_dict(keep_vars=True))
     distinct = set(dict(torch_module.named_parameters()))
-    layers, one_sided = [], []
+    layers, one_sided, seen = [], [], set()
     for prefix, sub in torch_module.named_modules():
+        if type(sub).__name__ == "ParametrizationList":
+            seen.update(f"{prefix}.{k}" for k in sub._parameters)
+            continue  # torch's parametrization holds its parent's weight; the parent's rule converts it
         dotted = f"{prefix}." if prefix else ""
         params = [dotted + k for k, v in sub._parameters.items() if v is not None]
         buffers = [dotted + k for k, v in sub._buffers.items() if v is not None]
@@ -96,12 +99,19 @@ def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: Fla
         own = [n for n in params + buffers if n not in tied and n not in transient
                and not n.endswith("num_batches_tracked") and not any(fnmatch(n, p) for p in torch_only)]
         if own:
-            layers.append(_layer(prefix, sub, own, flax_path, flax_modules))
-    return layers, one_sided
+            layers.append(_layer(prefix, sub, own, flax_path, flax_modules, weight_tied=f"{dotted}weight" in tied))
+        seen.update(params + buffers)
+    # named_modules() visits a module shared under two names once (BART's encoder.embed_tokens is
+    # model.shared): its second name is in the state dict only, a tied alias like lm_head.weight
+    aliases = [k for k in torch_module.state_dict(keep_vars=True) if k not in seen]
+    return layers, one_sided + aliases
 
 
-def _layer(prefix: str, module: Any, names: list[str], hook: FlaxPathHook | None, flax_modules: set) -> Layer:
+def _layer(prefix: str, module: Any, names: list[str], hook: FlaxPathHook | None, flax_modules: set,
+           weight_tied: bool = False) -> Layer:
     kind = kind_of(module)
+    if weight_tied and kind in ("linear", "conv"):
+        kind = "tied_bias"  # its weight converts where it is canonical; the layer owns only the bias
     cls = f"{type(module).__module__}.{type(module).__qualname__}"
     if kind is None:
         raise ConversionError(

@@ -162,6 +162,16 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "flax_batchnorm_biased_var": (
         "flax.linen.BatchNorm keeps the biased batch variance in its running average, PyTorch the "
         "unbiased one (x n/(n-1)); both normalise with the biased variance"),
+    "float32_islands": (
+        "one framework computes part of the model in float32 whatever the model's dtype (rotary or sinusoidal "
+        "position tables, ALiBi slopes, attention scores cast up): its float64 run keeps float32 rounding there, so "
+        "float64 tells port from rounding only to float32's bound"),
+    "torch_buffer_flax_parameter": (
+        "a tensor torch keeps as a buffer (mbart's final_logits_bias) is a parameter in Flax: its values are "
+        "compared, its Flax gradient has no torch twin and is reported one-sided"),
+    "frozen_in_torch": (
+        "a parameter torch freezes (requires_grad=False: whisper's embed_positions) trains in Flax: torch gives it "
+        "no gradient, so its Flax gradient is reported one-sided"),
 }
 
 

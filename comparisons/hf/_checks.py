@@ -1,0 +1,136 @@
+"""What hf.pair refuses before any run: wrong arguments, outputs no DataParallel gathers, versions that cannot run."""
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+from comparisons.errors import ComparisonError, UsageTypeError
+
+
+class VersionNote(ComparisonError):
+    """This family cannot run with the installed versions (a one-line note naming them), not a DP difference."""
+
+
+class BatchDependentOutput(ComparisonError):
+    """An output whose shape depends on the whole batch (contrastive logits): no DataParallel can gather it."""
+
+
+def check_models(name: str, torch_model: Any, flax_model: Any, make_inputs: Any) -> None:
+    """Refuse what is not a torch model, a Flax model or a make_inputs, and tokens the model cannot embed."""
+    import flax.linen as nn
+    import torch
+
+    where = f"hf.pair({name!r})"
+    if not isinstance(torch_model, torch.nn.Module):
+        raise UsageTypeError(f"{where}: torch_model={torch_model!r} is not a torch.nn.Module; pass the transformers "
+                             "torch model, e.g. GPT2LMHeadModel(config)")
+    if not isinstance(getattr(flax_model, "module", flax_model), nn.Module):
+        raise UsageTypeError(f"{where}: flax_model={flax_model!r} is not a transformers Flax model nor a "
+                             "flax.linen.Module; pass its Flax twin, e.g. FlaxGPT2LMHeadModel(config, _do_init=False)")
+    if make_inputs is not None and not callable(make_inputs):
+        raise UsageTypeError(f"{where}: make_inputs={make_inputs!r} is not callable; pass (batch_size, seed, dtype) "
+                             "-> (inputs, targets), e.g. hf.token_inputs(vocab=50, length=7), or leave it out to "
+                             "derive the inputs from the model")
+    config = getattr(torch_model, "config", None)
+    for argument, limit_name in (("length", "n_positions"), ("length", "max_position_embeddings"),
+                                 ("vocab", "vocab_size")):
+        value, limit = getattr(make_inputs, argument, None), getattr(config, limit_name, None)
+        if isinstance(value, int) and isinstance(limit, int) and value > limit:
+            what = f"tokens of length {value}" if argument == "length" else f"token ids up to {value - 1}"
+            raise ComparisonError(f"{where}: make_inputs=token_inputs({argument}={value}) makes {what}, but "
+                                  f"{type(torch_model).__name__}'s config has {limit_name}={limit}; pass "
+                                  f"token_inputs({argument} <= {limit}, ...)")
+
+
+def version_note(flax_class: type) -> str | None:
+    """One line when `flax_class`'s code calls `jnp.clip(a_max=)` and this JAX refuses it, else None.
+
+    transformers 4.57's Flax T5, mT5 and LongT5 do (even building one with `_do_init=False` fails);
+    JAX removed the keyword. Costs one tiny jnp.clip, and reading the class's source files.
+    """
+    import jax
+    import jax.numpy as jnp
+    import transformers
+
+    sources = {c.__module__ for c in flax_class.__mro__ if c.__module__.startswith("transformers.")}
+    if not any("a_max=" in _source(module) for module in sources):
+        return None
+    try:
+        jnp.clip(jnp.zeros(1), a_max=1.0)
+    except TypeError:
+        return (f"transformers {transformers.__version__}'s {flax_class.__name__} calls jnp.clip(a_max=), which "
+                f"JAX {jax.__version__} removed: this family cannot run with these versions (not a DataParallel "
+                "difference)")
+    return None
+
+
+def check_versions(name: str, flax_model: Any) -> None:
+    """Raise VersionNote when the Flax model's code cannot run with the installed JAX (`version_note`)."""
+    note = version_note(type(flax_model))
+    if note:
+        raise VersionNote(f"hf.pair({name!r}): {note}")
+
+
+def _source(module_name: str) -> str:
+    try:
+        return inspect.getsource(sys.modules[module_name])
+    except (KeyError, OSError, TypeError):
+        return ""
+
+
+def probe_outputs(name: str, torch_model: Any, make_batch: Any) -> dict[str, tuple[int, ...]]:
+    """{output field: shape} of the torch model on a batch of 2, refusing a field whose shape past the
+    batch axis changes with the batch (contrastive logits: chunk x chunk per replica). Two forwards."""
+    shapes = [_field_shapes(torch_model, make_batch(b)) for b in (2, 3)]
+    for field, shape in shapes[0].items():
+        other = shapes[1].get(field)
+        if other is not None and (shape[1:] != other[1:] or shape[0] != 2):
+            raise BatchDependentOutput(
+                f"hf.pair({name!r}): output {field!r} has shape {shape} for a batch of 2 and {other} for 3: it "
+                "depends on the whole batch (each row scored against every other), so each replica would compute "
+                "it over its chunk alone and no DataParallel can gather it; stock nn.DataParallel fails the same "
+                "way. Compare the model's embeddings instead (its vision/text towers), with loss= on them")
+    return shapes[0]
+
+
+def _field_shapes(torch_model: Any, inputs: tuple) -> dict[str, tuple[int, ...]]:
+    import torch
+
+    was_training = torch_model.training
+    torch_model.eval()
+    try:
+        with torch.no_grad():
+            output = torch_model(*(torch.from_numpy(x) for x in inputs))
+    finally:
+        torch_model.train(was_training)
+    return {k: tuple(v.shape) for k, v in output.items() if isinstance(v, torch.Tensor)}
+
+
+def unreached_parameters(torch_model: Any, inputs: tuple, field: str) -> set[str]:
+    """Names of trainable torch parameters the output `field` does not reach (one forward and backward;
+    the model's gradients are left as they were: None)."""
+    import torch
+
+    was_training = torch_model.training
+    torch_model.eval()
+    try:
+        output = torch_model(*(torch.from_numpy(x) for x in inputs))
+        output[field].float().sum().backward()
+        unreached = {n for n, p in torch_model.named_parameters() if p.requires_grad and p.grad is None}
+    finally:
+        torch_model.zero_grad(set_to_none=True)
+        torch_model.train(was_training)
+    return unreached
+
+
+def absent_in_flax(torch_model: Any, flax_flat: Any, removable: set[str]) -> list[str]:
+    """Torch parameter names whose module has no Flax twin and that the comparison may leave out:
+    frozen ones (sinusoidal positions: Flax computes them) and those in `removable` (unreached)."""
+    modules = {key[1:-1][:i] for key in flax_flat for i in range(len(key) - 1)}
+    absent = []
+    for name, parameter in torch_model.named_parameters():
+        path = tuple(name.split(".")[:-1])
+        if path not in modules and (not parameter.requires_grad or name in removable):
+            absent.append(name)
+    return absent

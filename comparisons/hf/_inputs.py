@@ -1,0 +1,186 @@
+"""make_inputs for transformers models: given (`token_inputs`, `image_inputs`) or derived from the model.
+
+A derived maker reads the model: its `main_input_name` says what the batch is (token ids, pixels,
+audio values, log-mel features), its config the sizes (vocabulary, image size, channels, the
+feature extractor's strides, mel bins), and `is_encoder_decoder` whether decoder ids are needed
+(first id the config's decoder start). Token ids avoid the config's special and pad ids, so no
+row is masked or padded by accident. Labels match the head's logits, read once from a probe.
+"""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from comparisons.errors import ComparisonError
+
+MakeInputs = Callable[[int, int, Any], tuple]
+_SPECIAL_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id", "sep_token_id", "cls_token_id",
+                "mask_token_id", "decoder_start_token_id")
+TOKEN_LENGTH, DECODER_LENGTH, AUDIO_FRAMES = 7, 5, 6
+
+
+def token_inputs(vocab: int, length: int) -> MakeInputs:
+    """make_inputs for a language model: token ids (B, length) and next-token-like labels (B, length)."""
+    _positive("token_inputs", vocab=vocab, length=length)
+
+    def make(batch_size: int, seed: int, dtype: Any) -> tuple:
+        rng = np.random.default_rng(seed)
+        ids = rng.integers(0, vocab, (batch_size, length)).astype(np.int32)
+        return (ids,), rng.integers(0, vocab, (batch_size, length)).astype(np.int32)
+    make.vocab, make.length = vocab, length  # type: ignore[attr-defined]  # hf.pair checks them against the config
+    return make
+
+
+def image_inputs(channels: int, size: int, classes: int) -> MakeInputs:
+    """make_inputs for an image classifier: NCHW pixels (B, channels, size, size) and labels (B,)."""
+    _positive("image_inputs", channels=channels, size=size, classes=classes)
+
+    def make(batch_size: int, seed: int, dtype: Any) -> tuple:
+        rng = np.random.default_rng(seed)
+        pixels = rng.standard_normal((batch_size, channels, size, size)).astype(dtype)
+        return (pixels,), rng.integers(0, classes, batch_size).astype(np.int32)
+    make.layout = "NCHW"  # type: ignore[attr-defined]
+    return make
+
+
+def _positive(function: str, **arguments: Any) -> None:
+    for argument, value in arguments.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            kind = "" if type(value) is int else f" (a {type(value).__name__})"
+            raise ComparisonError(f"hf.{function}: {argument}={value!r}{kind}; pass a positive integer, e.g. "
+                                  f"{function}({argument}=8, ...)")
+
+
+def model_inputs(torch_model: Any) -> tuple[dict[str, Callable], list[str]]:
+    """{input name: (rng, batch_size, dtype) -> array} for what the model needs, and the names in order.
+
+    The order is torch's `forward` order (the harness passes inputs positionally to torch); an
+    attention mask between two needed inputs is filled with ones, as transformers fills it.
+    """
+    config = torch_model.config
+    main = torch_model.main_input_name
+    makers = {main: _main_input(main, torch_model)}
+    if main == "input_ids" and "pixel_values" in _call_names(torch_model):  # CLIP-like: text and images
+        makers["pixel_values"] = _main_input("pixel_values", torch_model)
+    if getattr(config, "is_encoder_decoder", False):
+        makers["decoder_input_ids"] = _decoder_ids(_decoder_config(config))
+    return makers, _forward_order(torch_model, makers)
+
+
+def _call_names(torch_model: Any) -> list[str]:
+    from ._calling import call_signature
+    return call_signature(torch_model)
+
+
+def _forward_order(torch_model: Any, makers: dict[str, Callable]) -> list[str]:
+    names = _call_names(torch_model)
+    wanted = [n for n in names if n in makers]
+    if len(wanted) != len(makers):
+        raise ComparisonError(f"hf.pair: {type(torch_model).__name__}.forward takes {names[:6]}..., not the inputs "
+                              f"{sorted(makers)} its config implies; pass make_inputs=")
+    prefix = names[:names.index(wanted[-1]) + 1]
+    for name in prefix:
+        if name not in makers:
+            if name != "attention_mask":
+                raise ComparisonError(f"hf.pair: {type(torch_model).__name__}.forward takes {name!r} before "
+                                      f"{wanted[-1]!r}, and only an attention mask can be filled; pass make_inputs=")
+            makers[name] = _ones_like_main(makers[wanted[0]], torch_model.main_input_name)
+    return prefix
+
+
+def _main_input(name: str, torch_model: Any) -> Callable:
+    config = torch_model.config
+    if name == "input_ids":
+        return _token_ids(config, length=min(TOKEN_LENGTH, _positions(config)))
+    if name == "pixel_values":
+        vision = _sub_config(config, "vision_config", "encoder")
+        size, channels = _image_size(vision), getattr(vision, "num_channels", 3)
+        return lambda rng, b, dtype: rng.standard_normal((b, channels, size, size)).astype(dtype)
+    if name in ("input_values", "inputs"):
+        samples = _audio_samples(_sub_config(config, "encoder"))
+        return lambda rng, b, dtype: rng.standard_normal((b, samples)).astype(dtype)
+    if name == "input_features":
+        mels, frames = config.num_mel_bins, 2 * config.max_source_positions  # whisper's two stride-2 convolutions
+        return lambda rng, b, dtype: rng.standard_normal((b, mels, frames)).astype(dtype)
+    raise ComparisonError(f"hf.pair: {type(torch_model).__name__}'s main input {name!r} is none that hf derives "
+                          "(input_ids, pixel_values, input_values, input_features); pass make_inputs=")
+
+
+def _token_ids(config: Any, length: int, first: int | None = None) -> Callable:
+    vocab = _vocab(config)
+    special = {getattr(config, a, None) for a in _SPECIAL_IDS}
+    allowed = np.array([i for i in range(vocab) if i not in special], dtype=np.int32)
+
+    def make(rng, batch_size, dtype):
+        ids = rng.choice(allowed, (batch_size, length))
+        if first is not None:
+            ids[:, 0] = first
+        return ids.astype(np.int32)
+    return make
+
+
+def _decoder_ids(config: Any) -> Callable:
+    start = getattr(config, "decoder_start_token_id", None)
+    start = start if start is not None else getattr(config, "bos_token_id", None)
+    return _token_ids(config, min(DECODER_LENGTH, _positions(config)), first=start)
+
+
+def _ones_like_main(make_main: Callable, main: str) -> Callable:
+    def make(rng, batch_size, dtype):
+        shape = make_main(np.random.default_rng(0), batch_size, np.float32).shape
+        # whisper's features are (B, mels, frames); a mask runs over the last axis, as over tokens
+        return np.ones((batch_size, shape[-1]), dtype=np.int32)
+    return make
+
+
+def _vocab(config: Any) -> int:
+    vocab = getattr(config, "vocab_size", None) or getattr(_sub_config(config, "decoder", "text_config"),
+                                                           "vocab_size", None)
+    if not isinstance(vocab, int) or vocab < 1:
+        raise ComparisonError(f"hf.pair: the config's vocab_size={vocab!r}; pass make_inputs=token_inputs(vocab=...)")
+    return vocab
+
+
+def _positions(config: Any) -> int:
+    for name in ("max_position_embeddings", "n_positions", "max_target_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return TOKEN_LENGTH
+
+
+def _image_size(config: Any) -> int:
+    size = getattr(config, "image_size", None)
+    return size if isinstance(size, int) else 32  # convolutional nets (ResNet, RegNet) take any size
+
+
+def _audio_samples(config: Any) -> int:
+    """The shortest raw-audio length whose feature extractor yields AUDIO_FRAMES frames."""
+    frames = AUDIO_FRAMES
+    for kernel, stride in reversed(list(zip(config.conv_kernel, config.conv_stride, strict=True))):
+        frames = (frames - 1) * stride + kernel
+    return frames
+
+
+def _decoder_config(config: Any) -> Any:
+    return getattr(config, "decoder", None) or config
+
+
+def _sub_config(config: Any, *names: str) -> Any:
+    return next((getattr(config, n) for n in names if getattr(config, n, None) is not None), config)
+
+
+def derived_inputs(torch_model: Any, labels: Callable | None) -> MakeInputs:
+    """make_inputs from the model (see the module docstring); targets from `labels(rng, batch_size)`."""
+    makers, order = model_inputs(torch_model)
+
+    def make(batch_size: int, seed: int, dtype: Any) -> tuple:
+        rng = np.random.default_rng(seed)
+        inputs = tuple(makers[name](rng, batch_size, dtype) for name in order)
+        targets = labels(rng, batch_size) if labels is not None else np.zeros((batch_size,), np.int32)
+        return inputs, targets
+    make.input_names = tuple(order)  # type: ignore[attr-defined]
+    return make
