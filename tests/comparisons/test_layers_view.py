@@ -62,7 +62,7 @@ def test_a_planted_bug_is_named_where_it_was_planted_without_asking_for_the_view
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name", sorted(PLANTED))
-@pytest.mark.parametrize("batch_size, devices", [(7, 3), (10, 4)])
+@pytest.mark.parametrize("batch_size, devices", [(8, 3), (11, 4)])  # uneven, no 1-row chunk (BatchNorm)
 def test_every_planted_bug_is_named_with_every_strategy(name, strategy, batch_size, devices):
     report = compare(_twins.make(name, devices), seed=devices, strategies=[strategy], batch_size=batch_size,
                      devices=devices, steps=1, torch_devices="cpu")
@@ -81,7 +81,7 @@ def test_an_honest_twin_names_no_divergence_and_every_row_agrees_or_rounds(name)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("name", HONEST)
 def test_every_honest_twin_names_nothing_with_every_strategy(name, strategy):
-    report = compare(_twins.make(name, 6), seed=6, strategies=[strategy], layers=True, batch_size=7, devices=3,
+    report = compare(_twins.make(name, 6), seed=6, strategies=[strategy], layers=True, batch_size=8, devices=3,
                      steps=1, torch_devices="cpu")
     assert_honest(report)
 
