@@ -62,8 +62,14 @@ def run_in_worker(pair: Any, run: Any, strategies: list[str], devices: int, floa
 
     Cost: one Python process (imports of torch, JAX and torchax, ~10 s on 2 cores) and its compiles.
     """
-    from comparisons.distributed.launcher import launch
+    import importlib.util
 
+    from comparisons.distributed.launcher import launch
+    from comparisons.traced._torchax import INSTALL, PIN
+
+    if importlib.util.find_spec("torchax") is None:  # looked up, not imported: this process stays torchax-free
+        raise UsageError(f"{pair.name}: the JAX side traced by torchax needs torchax ({PIN}), which is not "
+                         f"installed; install it with {INSTALL}")
     module = pair.build_torch(run.config.seed, run.config.dtype)
     spec = {"torch_source": pair.torch_source, "loss_source": pair.loss_source, "name": pair.name,
             "state_dict": {k: v.detach().cpu().numpy() for k, v in module.state_dict().items()},
