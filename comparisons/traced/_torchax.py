@@ -43,7 +43,8 @@ def _write_back_batch_norm_statistics(env: Any) -> None:
     import torch
     from torchax.ops import jaten
 
-    def batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    def batch_norm(*args):  # aten's own positional signature: input, weight, bias, mean, var, training, momentum, eps
+        input, weight, bias, running_mean, running_var, training, momentum, eps = args
         jax_args = env.t2j_iso((input, weight, bias, running_mean, running_var))
         out = env.j2t_iso(jaten._aten__native_batch_norm_legit(*jax_args, training, momentum, eps))
         if training and running_mean is not None:
@@ -55,11 +56,8 @@ def _write_back_batch_norm_statistics(env: Any) -> None:
                 running_var.copy_((1 - momentum) * running_var + momentum * var)
         return out
 
-    def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
-        return batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
-
     env.override_op_definition(torch.ops.aten._native_batch_norm_legit.default, batch_norm)
-    env.override_op_definition(torch.ops.aten.native_batch_norm.default, native_batch_norm)
+    env.override_op_definition(torch.ops.aten.native_batch_norm.default, batch_norm)
 
 
 def untraceable_op(error: BaseException) -> str | None:
