@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from comparisons.errors import ComparisonError
@@ -126,3 +126,38 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def model_pair(pair: Any) -> Any:
+    """A ModelPair, or the registered pair named `pair`."""
+    from comparisons import models
+
+    if isinstance(pair, str):
+        try:
+            return models.get(pair)
+        except KeyError as error:
+            raise ComparisonError(f"compare: {error.args[0]}") from None
+    if not isinstance(pair, models.ModelPair):
+        raise ComparisonError(f"compare: pair={pair!r} is neither a ModelPair nor a registered name; "
+                              f"known names: {models.names()}")
+    return pair
+
+
+def choice(name: str, value: Any, allowed: Sequence[str]) -> str:
+    """`value` when it is one of `allowed`."""
+    if value not in allowed:
+        raise ComparisonError(f"compare: {name}={value!r} is not supported; use one of {', '.join(allowed)}")
+    return value
+
+
+def strategies(chosen: Sequence[str] | None, known: Sequence[str]) -> list[str]:
+    """The strategies to run, each once, in the order given; every known one for None."""
+    if chosen is None:
+        return list(known)
+    chosen = list(dict.fromkeys(chosen))
+    if not chosen:
+        raise ComparisonError(f"compare: strategies=[] is empty; pass at least one of {', '.join(known)} "
+                              "(or None for all)")
+    for strategy in chosen:
+        choice("strategy", strategy, known)
+    return chosen

@@ -79,20 +79,21 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     has not started yet (else the error says how). Compiles one JAX program per strategy and chunk
     shape; float64 runs JAX under jax.enable_x64 (scoped to this call).
     """
-    pair = _resolve_pair(pair)
-    _choice("dtype", dtype, tuple(judge.TOLERANCES))
-    dtype = "float64" if _choice("precision", precision, PRECISIONS) == "float64" else dtype
-    config = RunConfig(check.positive("batch_size", batch_size), check.positive("steps", steps),
-                       _choice("optimizer", optimizer, tuple(OPTIMIZERS)), dtype, check.seed(seed), pair.batch_axis)
+    pair = check.model_pair(pair)
+    check.choice("dtype", dtype, tuple(judge.TOLERANCES))
+    dtype = "float64" if check.choice("precision", precision, PRECISIONS) == "float64" else dtype
+    optimizer = check.choice("optimizer", optimizer, tuple(OPTIMIZERS))
+    config = RunConfig(check.positive("batch_size", batch_size), check.positive("steps", steps), optimizer, dtype,
+                       check.seed(seed), pair.batch_axis)
     rtol, atol = check.tolerance("rtol", rtol), check.tolerance("atol", atol)
-    _choice("torch_devices", torch_devices, ("auto", *TORCH_DEVICES))
+    check.choice("torch_devices", torch_devices, ("auto", *TORCH_DEVICES))
     check.progress(progress)
     devices = check.positive("devices", devices)
     check.flag("layers", layers)
     if not isinstance(padding, bool):
         raise ComparisonError(f"compare: padding={padding!r} is not a bool; pass True to measure what padding "
                               "the last chunk would change, or False")
-    chosen = _strategies(check.strategy_names(strategies), pair, config.batch_size, devices)
+    chosen = check.strategies(check.strategy_names(strategies), STRATEGIES)
     if padding and _runs_elsewhere(pair):
         raise ComparisonError(f"compare: padding=True is not available for pair {pair.name!r}: its JAX side runs in "
                               "a worker process (traced by torchax); pass padding=False")
@@ -245,35 +246,3 @@ def jax_precision(dtype: str):
 
     with jax.enable_x64(dtype == "float64"), jax.default_matmul_precision("highest"):
         yield
-
-
-def _resolve_pair(pair):
-    from comparisons import models
-
-    if isinstance(pair, str):
-        try:
-            return models.get(pair)
-        except KeyError as error:
-            raise ComparisonError(f"compare: {error.args[0]}") from None
-    if not isinstance(pair, models.ModelPair):
-        raise ComparisonError(f"compare: pair={pair!r} is neither a ModelPair nor a registered name; "
-                              f"known names: {models.names()}")
-    return pair
-
-
-def _choice(name: str, value: Any, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise ComparisonError(f"compare: {name}={value!r} is not supported; use one of {', '.join(allowed)}")
-    return value
-
-
-def _strategies(strategies, pair, batch_size: int, devices: int) -> list[str]:
-    if strategies is None:
-        return list(STRATEGIES)
-    chosen = list(dict.fromkeys(strategies))
-    if not chosen:
-        raise ComparisonError("compare: strategies=[] is empty; pass at least one of "
-                              f"{', '.join(STRATEGIES)} (or None for all)")
-    for strategy in chosen:
-        _choice("strategy", strategy, STRATEGIES)
-    return chosen
