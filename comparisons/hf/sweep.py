@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 # Tasks in the order a family's pair is picked: the first task both frameworks map it in wins.
-TASKS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+TASKS = ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
          "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES",
          "MODEL_FOR_MASKED_LM_MAPPING_NAMES", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "MODEL_MAPPING_NAMES")
 
@@ -35,7 +35,8 @@ _SIZES = {  # attribute -> tiny value, set only where the family's config has th
     "num_conv_pos_embeddings": 4, "num_conv_pos_embedding_groups": 2, "hidden_sizes": [8, 16], "depths": [1, 1],
     "groups_width": 8, "window_size": 4, "local_radius": 2, "global_block_size": 4, "decoder_vocab_size": 64,
     "use_cache": False, "layerdrop": 0.0, "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,
-    "mask_time_prob": 0.0, "mask_feature_prob": 0.0, "attention_type": "original_full",
+    # SpecAugment off (its masks are random), yet mask_time_prob > 0 so torch builds masked_spec_embed as Flax does
+    "mask_time_prob": 0.05, "mask_feature_prob": 0.0, "apply_spec_augment": False, "attention_type": "original_full",
 }
 _SPECIAL = {"bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2,
             "unk_token_id": 3, "sep_token_id": 4, "cls_token_id": 5, "mask_token_id": 6}
@@ -80,6 +81,8 @@ def tiny_config(family: str) -> Any:
         if family == "vision-text-dual-encoder":
             return config_class.from_vision_text_configs(first, second, projection_dim=8)
         second.is_decoder, second.add_cross_attention = True, True
+        if family == "speech-encoder-decoder":  # Flax initialises its decoder on the encoder's frame count
+            second.max_position_embeddings = 128
         config = config_class.from_encoder_decoder_configs(first, second)
         config.decoder_start_token_id, config.pad_token_id = second.bos_token_id or 0, second.pad_token_id or 1
         return config
@@ -101,6 +104,9 @@ def _shrink(config: Any, family: str) -> None:
     for name, value in _SPECIAL.items():
         if isinstance(getattr(config, name, None), int):
             setattr(config, name, value)
+    for fixed in ("pooler_output_size", "output_hidden_size"):  # ViT, wav2vec2 copy hidden_size when built
+        if getattr(config, fixed, None) is not None:
+            setattr(config, fixed, config.hidden_size)
     if hasattr(config, "do_stable_layer_norm"):  # transformers' Flax wav2vec2 supports only this layout
         config.do_stable_layer_norm, config.feat_extract_norm = True, "layer"
     if hasattr(config, "num_feat_extract_layers"):

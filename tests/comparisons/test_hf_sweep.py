@@ -79,6 +79,13 @@ SMOKE = ["gpt2", "bert", "bart", "vit"]  # a decoder, an encoder, a seq2seq mode
 
 
 @pytest.mark.parametrize("family", SMOKE)
+def test_four_families_pass_from_two_lines(family):
+    outcome = sweep.run_family(family, *sweep.families()[family], strategies=["explicit"])
+    assert outcome.status == "pass", outcome.reason
+
+
+@pytest.mark.slow  # 12 minutes on a shared 2-core CPU
+@pytest.mark.parametrize("family", SMOKE)
 def test_four_families_pass_from_two_lines_with_every_strategy(family):
     outcome = sweep.run_family(family, *sweep.families()[family])
     assert outcome.status == "pass", outcome.reason
