@@ -84,14 +84,26 @@ def test_four_families_pass_from_two_lines(family):
     assert outcome.status == "pass", outcome.reason
 
 
-@pytest.mark.slow  # 12 minutes on a shared 2-core CPU
+# The default tier runs each smoke family with `explicit`; here each meets one of the mapped strategies (every
+# strategy is covered) in the slow tier, and every family x strategy in the sweep tier (12 minutes alone).
+ROTATED = [("gpt2", "pmap"), ("bert", "sharded"), ("bart", "shard_map"), ("vit", "pmap")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "strategy"), ROTATED)
+def test_four_families_pass_from_two_lines_with_a_mapped_strategy(family, strategy):
+    outcome = sweep.run_family(family, *sweep.families()[family], strategies=[strategy])
+    assert outcome.status == "pass", outcome.reason
+
+
+@pytest.mark.sweep
 @pytest.mark.parametrize("family", SMOKE)
 def test_four_families_pass_from_two_lines_with_every_strategy(family):
     outcome = sweep.run_family(family, *sweep.families()[family])
     assert outcome.status == "pass", outcome.reason
 
 
-@pytest.mark.slow
+@pytest.mark.sweep
 def test_every_family_ends_as_recorded_and_the_record_is_the_docs_table():
     record = json.loads(RECORD.read_text())
     assert record["transformers"] == transformers.__version__, "rerun: python -m comparisons.hf.sweep --write ..."
