@@ -55,6 +55,31 @@ def test_hugging_face_pairs_name_no_divergence(make):
     assert_honest(report, torch_order)
 
 
+@pytest.mark.slow
+def test_a_bert_pair_from_two_lines_names_no_divergence_and_a_wrong_epsilon_inside_its_first_layernorm():
+    pytest.importorskip("transformers", reason="needs the hf extra: pip install -e '.[hf]'")
+    import torch
+    import transformers
+
+    from comparisons import hf
+    from comparisons.hf import sweep
+
+    torch.manual_seed(int(np.random.default_rng().integers(100)))
+    config = sweep.tiny_config("bert")
+    pair = hf.pair("bert-tiny", transformers.BertForMaskedLM(config),
+                   transformers.FlaxBertForMaskedLM(config, _do_init=False))
+    report = compare(pair, seed=5, **SMALL)
+    torch_order = [row["torch"] for row in report.layer_view]
+    assert any("attention" in path for path in torch_order) and len(torch_order) >= len(pair.mapping) // 2
+    assert_honest(report, torch_order)
+
+    wrong = transformers.BertConfig.from_dict({**config.to_dict(), "layer_norm_eps": 1e-3})
+    planted = hf.pair("bert-epsilon", transformers.BertForMaskedLM(config),
+                      transformers.FlaxBertForMaskedLM(wrong, _do_init=False))
+    found = compare(planted, seed=5, **SMALL).first_divergence
+    assert (found["where"], found["torch"], found["cause"]) == ("inside", "bert.embeddings.LayerNorm", "port")
+
+
 def row(torch_path, verdict="agree", max_abs=0.0, cause=None):
     side = {"max_abs": max_abs, "rel": max_abs, "verdict": verdict, "cause": cause, "message": ""}
     return {"torch": torch_path, "flax": torch_path, "kind": "linear", "call": 0, "input": dict(side, verdict="agree"),
