@@ -84,7 +84,8 @@ def test_a_nan_gap_jumps_where_it_appears():
 def test_relative_gap_is_the_worst_leaf_at_its_own_scale_and_noise_leaves_at_the_floor(seed):
     rng = np.random.default_rng(seed)
     big = rng.standard_normal((int(rng.integers(2, 6)), 3)) * float(10 ** rng.uniform(0, 3))
-    small = rng.standard_normal(4) * float(10 ** rng.uniform(-1, 0)) * np.abs(big).max()  # its own scale
+    small = rng.standard_normal(4)
+    small *= float(10 ** rng.uniform(-1, 0)) * np.abs(big).max() / np.abs(small).max()  # its own scale, above the floor
     expected = {"layer": {"kernel": big, "bias": small}, "noise": {"bias": rng.standard_normal(3) * 1e-9}}
     delta = float(10 ** rng.uniform(-7, -3))
     actual = {"layer": {"kernel": big.copy(), "bias": small.copy()}, "noise": {"bias": np.zeros(3)}}
