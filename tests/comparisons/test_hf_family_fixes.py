@@ -1,0 +1,74 @@
+"""The causes behind three sweep families that once ended unexplained (issue 24), each pinned by a small test.
+
+- xglm: transformers builds its causal mask as `torch.full(..., torch.finfo(dtype).min)` with no dtype, so
+  the float64 reference overflowed float32, torch's default dtype; the float64 torch run now computes under a
+  float64 default dtype.
+- electra: transformers' Flax Electra fills a missing `token_type_ids` with ones where torch fills zeros; the
+  harness passes torch's zeros.
+"""
+from __future__ import annotations
+
+import os
+
+import _twins
+import flax.linen as nn
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers", reason="needs the hf extra: pip install -e '.[hf]'")
+torch = pytest.importorskip("torch")
+
+from comparisons import compare  # noqa: E402
+from comparisons.hf._calling import PretrainedCall  # noqa: E402
+from comparisons.models import pair_from_modules  # noqa: E402
+
+
+class TorchMinMask(torch.nn.Module):
+    """A linear layer behind a mask built as transformers builds its causal one: no dtype, then cast."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        mask = torch.full(x.shape, torch.finfo(x.dtype).min, device=x.device).to(x.dtype)
+        return self.fc(torch.where(mask < 0, x, torch.zeros_like(x)))
+
+
+class FlaxLinear(nn.Module):
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        return nn.Dense(3, name="fc")(x)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_mask_built_from_the_dtypes_minimum_runs_in_the_float64_reference(seed):
+    torch.manual_seed(seed)
+    twins = pair_from_modules("min_mask", TorchMinMask(), FlaxLinear(), make_inputs=_twins.regression(),
+                              loss_torch=_twins.mse_torch, loss_jax=_twins.mse_jax)
+    report = compare(twins, batch_size=5, devices=2, strategies=["explicit"], steps=1, torch_devices="cpu",
+                     seed=seed)
+    assert report.ok, report.render("markdown")
+    assert torch.get_default_dtype() == torch.float32  # the float64 run restores the default
+
+
+def _flax_electra():
+    config = transformers.ElectraConfig(vocab_size=40, embedding_size=16, hidden_size=16, num_hidden_layers=1,
+                                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=16,
+                                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return transformers.FlaxElectraModel(config, _do_init=False)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_electra_without_token_types_gets_torchs_zeros_on_the_flax_side(seed):
+    import jax
+
+    flax_model = _flax_electra()
+    ids = np.random.default_rng(seed).integers(7, 40, size=(3, 5))
+    variables = {"params": flax_model.init_weights(jax.random.key(seed), ids.shape)}
+    called = PretrainedCall(flax_model, ["input_ids"]).apply(variables, ids)[0]
+    zeros = flax_model(ids, token_type_ids=np.zeros_like(ids), params=variables["params"])[0]
+    ones = flax_model(ids, params=variables["params"])[0]  # the control: transformers' own Flax fill
+    np.testing.assert_array_equal(np.asarray(called), np.asarray(zeros))
+    assert np.abs(np.asarray(ones) - np.asarray(zeros)).max() > 1e-3
