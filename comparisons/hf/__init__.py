@@ -14,7 +14,8 @@ exists on one side only. Needs the `hf` extra (`pip install -e '.[dev]'` include
   _losses     cross-entropy on logits, the mean square of a base model's hidden state
   _calling    PretrainedCall (the model's own __call__, by keyword), flax_apply (a bare module)
   _rules      GPT-2's Conv1D, same-name rules for parameters a module holds, weight norm
-  _checks     refusals before any run: arguments, batch-dependent outputs, version notes
+  _checks     refusals before any run: arguments, batch-dependent outputs, version notes, BatchNorms
+              a Flax port leaves in inference mode while training
   _variables  from_pt_variables (transformers' own converter)
   sweep       every family with a torch and a Flax class in the installed transformers, tiny, in a table
 Importing this package imports JAX (not torch nor transformers) to give it compare()'s CPU devices
@@ -28,9 +29,11 @@ from typing import Any
 from comparisons.hf._calling import PretrainedCall, call_signature, flax_apply
 from comparisons.hf._checks import (
     BatchDependentOutput,
+    TrainingModeIgnored,
     VersionNote,
     absent_in_flax,
     check_models,
+    check_training_mode,
     check_versions,
     probe_outputs,
     unreached_parameters,
@@ -43,8 +46,8 @@ from comparisons.hf._variables import from_pt_variables
 from comparisons.models.derive import pair_from_modules
 from comparisons.models.pair import ModelPair
 
-__all__ = ["BatchDependentOutput", "PretrainedCall", "VersionNote", "cross_entropy_jax", "cross_entropy_torch",
-           "derived_inputs",
+__all__ = ["BatchDependentOutput", "PretrainedCall", "TrainingModeIgnored", "VersionNote", "cross_entropy_jax",
+           "cross_entropy_torch", "derived_inputs",
            "flax_apply", "from_pt_variables", "image_inputs", "pair", "register_rules", "token_inputs",
            "version_note"]
 
@@ -93,8 +96,9 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
       **overrides: passed to `pair_from_modules` (flax_path, torch_only, flax_only, ...); declarations
         are added to the derived ones.
     Raises VersionNote when the family cannot run with the installed versions, BatchDependentOutput
-    for an output no DataParallel can gather. Costs two torch forwards on batches of 2 and 3 (the probe)
-    and one trace of the Flax init.
+    for an output no DataParallel can gather, TrainingModeIgnored for a Flax port whose BatchNorm layers
+    stay in inference mode while training. Costs two torch forwards on batches of 2 and 3 (the probe)
+    and one trace of the Flax init; with batch statistics, one Flax init and training forward more.
     """
     check_models(name, torch_model, flax_model, make_inputs)
     pretrained = hasattr(flax_model, "init_weights") and hasattr(flax_model, "module")
@@ -107,6 +111,8 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
         make_inputs = derived_inputs(torch_model, labels=labels_for(shape) if field == "logits" else None)
     default_losses = (cross_entropy_torch, cross_entropy_jax) if field == "logits" else hidden_square_losses(field)
     apply, to_flax = _flax_call(torch_model, flax_model, make_inputs, pretrained)
+    if pretrained:
+        check_training_mode(name, apply, make_inputs(2, 0, _float32())[0])
     derived_only: list[str] = []
     if pretrained:
         flat = _flat_variables(variables, flax_model)

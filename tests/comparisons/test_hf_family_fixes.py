@@ -72,3 +72,22 @@ def test_electra_without_token_types_gets_torchs_zeros_on_the_flax_side(seed):
     ones = flax_model(ids, params=variables["params"])[0]  # the control: transformers' own Flax fill
     np.testing.assert_array_equal(np.asarray(called), np.asarray(zeros))
     assert np.abs(np.asarray(ones) - np.asarray(zeros)).max() > 1e-3
+
+
+def _tiny(family: str, seed: int):
+    from comparisons.hf import sweep
+
+    torch_class, flax_class = sweep.families()[family]
+    config = sweep.tiny_config(family)
+    torch.manual_seed(seed)
+    return getattr(transformers, torch_class)(config), getattr(transformers, flax_class)(config, _do_init=False)
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_regnet_y_whose_flax_batchnorms_stay_in_inference_mode_is_refused_naming_a_layer(seed):
+    from comparisons.hf import TrainingModeIgnored, pair
+
+    with pytest.raises(TrainingModeIgnored, match=r"of [0-9]+ BatchNorm layers .*FlaxRegNetForImageClassification"
+                                                  r".*\(e\.g\. regnet/encoder/stages/0/layers/0/layer/0/normaliz"):
+        pair("regnet", *_tiny("regnet", seed))
+    pair("resnet", *_tiny("resnet", seed))  # the control: ResNet's Flax BatchNorms train, and are not refused
