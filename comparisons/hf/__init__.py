@@ -23,6 +23,7 @@ before transformers' Flax models start it (see `_reserve_cpu_devices`).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -101,6 +102,7 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
     and one trace of the Flax init; with batch statistics, one Flax init and training forward more.
     """
     check_models(name, torch_model, flax_model, make_inputs)
+    given_inputs = make_inputs is not None  # derived inputs never hold a pad id; the user's may
     pretrained = hasattr(flax_model, "init_weights") and hasattr(flax_model, "module")
     if pretrained:
         check_versions(name, flax_model)
@@ -119,12 +121,13 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
         register_own_parameter_rules(torch_model, flat)
         unreached = unreached_parameters(torch_model, inputs_of(2, 0, _float32())[0], field)
         derived_only = absent_in_flax(torch_model, flat, unreached)
-    _declare(torch_model, overrides, derived_only)
+    _declare(torch_model, overrides, derived_only, padding=given_inputs)
     description = overrides.pop("description", f"transformers {type(torch_model).__name__}")
-    return pair_from_modules(
+    built = pair_from_modules(
         name, torch_model, apply, make_inputs=make_inputs,
         loss_torch=loss_torch or default_losses[0], loss_jax=loss_jax or default_losses[1],
         variables=variables, to_flax_inputs=to_flax, description=description, **overrides)
+    return dataclasses.replace(built, padding_rows=_padding_rows(torch_model, built.mapping))
 
 
 def _float32() -> Any:
@@ -144,10 +147,12 @@ def _flax_call(torch_model: Any, flax_model: Any, make_inputs: MakeInputs, pretr
     return PretrainedCall(flax_model, names), None
 
 
-def _declare(torch_model: Any, overrides: dict, torch_only: list[str]) -> None:
+def _declare(torch_model: Any, overrides: dict, torch_only: list[str], *, padding: bool) -> None:
     """Add the derived one-sided declarations to the user's (never replacing them): the torch cache
-    output, and torch parameters with no Flax twin that are frozen or that the output never reaches."""
-    declared = {"torch_only": ("past_key_values*", *torch_only), "known_differences": _known(torch_model)}
+    output, and torch parameters with no Flax twin that are frozen or that the output never reaches;
+    `padding`: the user's inputs may hold pad ids (derived ones never do)."""
+    known = _known(torch_model) + (("padding_row_gradient",) if padding and _padding_rows(torch_model, None) else ())
+    declared = {"torch_only": ("past_key_values*", *torch_only), "known_differences": known}
     for key, value in declared.items():
         overrides[key] = tuple(dict.fromkeys([*value, *overrides.get(key, ())]))
 
@@ -172,6 +177,28 @@ def _known(torch_model: Any) -> tuple[str, ...]:
            and "BatchNorm" not in type(m).__name__):
         found.append("torch_buffer_flax_parameter")
     return tuple(found)
+
+
+def _padding_rows(torch_model: Any, mapping: Any) -> tuple[tuple[str, int], ...]:
+    """(Flax path of the table, padding row) of each nn.Embedding with a padding_idx, through `mapping`
+    (None: torch module names, to tell whether there is any)."""
+    import torch
+
+    from comparisons.convert import RULES
+    from comparisons.placement import canonical_path
+
+    rows = []
+    for name, module in torch_model.named_modules():
+        if not isinstance(module, torch.nn.Embedding) or module.padding_idx is None:
+            continue
+        if mapping is None:
+            rows.append((name, module.padding_idx))
+            continue
+        layer = next((entry for entry in mapping if entry.torch == name), None)
+        if layer is not None:
+            leaf = RULES[layer.kind].flax_names.get("weight", "weight")
+            rows.append((f"{canonical_path(layer.flax)}.{leaf}", module.padding_idx))
+    return tuple(rows)
 
 
 def _flat_variables(variables: Any, flax_model: Any) -> dict:

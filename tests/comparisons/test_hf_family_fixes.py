@@ -91,3 +91,76 @@ def test_regnet_y_whose_flax_batchnorms_stay_in_inference_mode_is_refused_naming
                                                   r".*\(e\.g\. regnet/encoder/stages/0/layers/0/layer/0/normaliz"):
         pair("regnet", *_tiny("regnet", seed))
     pair("resnet", *_tiny("resnet", seed))  # the control: ResNet's Flax BatchNorms train, and are not refused
+
+
+def _opt(seed: int):
+    config = transformers.OPTConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, ffn_dim=32,
+                                    num_attention_heads=2, max_position_embeddings=16, word_embed_proj_dim=16,
+                                    dropout=0.0, attention_dropout=0.0, pad_token_id=1, bos_token_id=0,
+                                    eos_token_id=2)
+    torch.manual_seed(seed)
+    return transformers.OPTForCausalLM(config), transformers.FlaxOPTForCausalLM(config, _do_init=False)
+
+
+def _tokens(pad: int | None):
+    """token ids in 3..39 with `pad` put at two random places of every row (None: no pad id at all)."""
+    def make(batch_size, seed, dtype):
+        rng = np.random.default_rng(seed)
+        ids = rng.integers(3, 40, (batch_size, 6)).astype(np.int32)
+        if pad is not None:
+            for row in ids:
+                row[rng.choice(6, 2, replace=False)] = pad
+        return (ids,), rng.integers(3, 40, (batch_size, 6)).astype(np.int32)
+    make.vocab, make.length = 40, 6
+    return make
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_pad_tokens_in_the_inputs_make_the_padding_row_gradient_a_measured_known_difference(seed):
+    from comparisons.hf import pair
+
+    hf_pair = pair("opt", *_opt(seed), make_inputs=_tokens(pad=1))
+    report = compare(hf_pair, batch_size=5, devices=2, strategies=["explicit"], steps=1, torch_devices="cpu",
+                     seed=seed)
+    assert report.ok, report.render("markdown")
+    known = [c for c in report.checks if c.subject == "known_difference" and "padding row" in c.compared]
+    assert len(known) == 1 and known[0].passed, report.render("markdown")
+    assert known[0].max_abs > 1e-4  # Flax's lookup share of row 1, which torch zeroes
+    assert "embed_tokens" in known[0].detail and "row 1" in known[0].detail
+
+
+def test_without_pad_tokens_the_padding_row_is_judged_like_every_other_row():
+    from comparisons.hf import pair
+
+    hf_pair = pair("opt", *_opt(1), make_inputs=_tokens(pad=None))
+    report = compare(hf_pair, batch_size=5, devices=2, strategies=["explicit"], steps=1, torch_devices="cpu", seed=1)
+    assert report.ok, report.render("markdown")
+    known = [c for c in report.checks if c.subject == "known_difference" and "padding row" in c.compared]
+    assert all(c.passed and c.max_abs < 1e-5 for c in known), report.render("markdown")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_padding_row_that_differs_with_no_pad_id_in_the_inputs_fails_naming_the_row(seed):
+    from types import SimpleNamespace
+
+    from comparisons.judge._padding_row import padding_row_checks
+
+    rng = np.random.default_rng(seed)
+    torch_grad = rng.standard_normal((10, 4))
+    jax_grad = torch_grad.copy()
+    jax_grad[3] += rng.uniform(0.1, 1.0, 4)  # row 3 differs, as a Flax lookup share would make it
+    pair = SimpleNamespace(known_differences=("padding_row_gradient",), padding_rows=(("embed.embedding", 3),))
+
+    def runs(grad):
+        return [SimpleNamespace(dp=SimpleNamespace(gradients={"embed": {"embedding": torch_grad}})),
+                SimpleNamespace(label="jax:explicit", dp=SimpleNamespace(gradients={"embed": {"embedding": grad}}))]
+    with_pad = rng.integers(0, 10, (5, 6))
+    with_pad[0, 0] = 3
+    without_pad = rng.integers(4, 10, (5, 6))
+    explained, = padding_row_checks(pair, runs(jax_grad), (with_pad,), 1e-5)
+    unexplained, = padding_row_checks(pair, runs(jax_grad), (without_pad,), 1e-5)
+    agreeing, = padding_row_checks(pair, runs(torch_grad.copy()), (without_pad,), 1e-5)
+    assert explained.passed and explained.max_abs == pytest.approx(np.abs(jax_grad[3] - torch_grad[3]).max())
+    assert not unexplained.passed and "embed.embedding row 3" in unexplained.detail
+    assert "another difference" in unexplained.detail
+    assert agreeing.passed and agreeing.max_abs == 0.0
