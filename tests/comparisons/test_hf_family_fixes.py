@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers", reason="needs the hf extra: p
 torch = pytest.importorskip("torch")
 
 from comparisons import compare  # noqa: E402
-from comparisons.hf._calling import PretrainedCall  # noqa: E402
+from comparisons.hf import PretrainedCall  # noqa: E402
 from comparisons.models import pair_from_modules  # noqa: E402
 
 
@@ -143,7 +143,7 @@ def test_without_pad_tokens_the_padding_row_is_judged_like_every_other_row():
 def test_a_padding_row_that_differs_with_no_pad_id_in_the_inputs_fails_naming_the_row(seed):
     from types import SimpleNamespace
 
-    from comparisons.judge._padding_row import padding_row_checks
+    from comparisons.judge import padding_row_checks
 
     rng = np.random.default_rng(seed)
     torch_grad = rng.standard_normal((10, 4))
