@@ -117,7 +117,8 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     float64 = _float64_reference(run, devices, jax_list[0], jax64) if in_float64 else None
     tolerance = judge.Tolerance(tol, atol, float64, cross_cause="port" if dtype == "float64" else None)
     report.chunk_sizes = runs[0].chunk_sizes
-    report.checks = judge.judge_runs(pair, runs, tolerance) + judge.conversion_checks(pair, config.seed, dtype)
+    report.checks = (judge.judge_runs(pair, runs, tolerance, run.inputs)
+                     + judge.conversion_checks(pair, config.seed, dtype))
     report.drift = judge.drift(pair, runs, float64)
     report.placements = {run.label: run.placement for run in runs}
     report.layers = {layer.torch: canonical_path(layer.flax) for layer in pair.mapping}

@@ -14,7 +14,8 @@ exists on one side only. Needs the `hf` extra (`pip install -e '.[dev]'` include
   _losses     cross-entropy on logits, the mean square of a base model's hidden state
   _calling    PretrainedCall (the model's own __call__, by keyword), flax_apply (a bare module)
   _rules      GPT-2's Conv1D, same-name rules for parameters a module holds, weight norm
-  _checks     refusals before any run: arguments, batch-dependent outputs, version notes
+  _checks     refusals before any run: arguments, batch-dependent outputs, version notes, BatchNorms
+              a Flax port leaves in inference mode while training
   _variables  from_pt_variables (transformers' own converter)
   sweep       every family with a torch and a Flax class in the installed transformers, tiny, in a table
 Importing this package imports JAX (not torch nor transformers) to give it compare()'s CPU devices
@@ -22,15 +23,18 @@ before transformers' Flax models start it (see `_reserve_cpu_devices`).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 from comparisons.hf._calling import PretrainedCall, call_signature, flax_apply
 from comparisons.hf._checks import (
     BatchDependentOutput,
+    TrainingModeIgnored,
     VersionNote,
     absent_in_flax,
     check_models,
+    check_training_mode,
     check_versions,
     probe_outputs,
     unreached_parameters,
@@ -43,8 +47,8 @@ from comparisons.hf._variables import from_pt_variables
 from comparisons.models.derive import pair_from_modules
 from comparisons.models.pair import ModelPair
 
-__all__ = ["BatchDependentOutput", "PretrainedCall", "VersionNote", "cross_entropy_jax", "cross_entropy_torch",
-           "derived_inputs",
+__all__ = ["BatchDependentOutput", "PretrainedCall", "TrainingModeIgnored", "VersionNote", "cross_entropy_jax",
+           "cross_entropy_torch", "derived_inputs",
            "flax_apply", "from_pt_variables", "image_inputs", "pair", "register_rules", "token_inputs",
            "version_note"]
 
@@ -93,10 +97,12 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
       **overrides: passed to `pair_from_modules` (flax_path, torch_only, flax_only, ...); declarations
         are added to the derived ones.
     Raises VersionNote when the family cannot run with the installed versions, BatchDependentOutput
-    for an output no DataParallel can gather. Costs two torch forwards on batches of 2 and 3 (the probe)
-    and one trace of the Flax init.
+    for an output no DataParallel can gather, TrainingModeIgnored for a Flax port whose BatchNorm layers
+    stay in inference mode while training. Costs two torch forwards on batches of 2 and 3 (the probe)
+    and one trace of the Flax init; with batch statistics, one Flax init and training forward more.
     """
     check_models(name, torch_model, flax_model, make_inputs)
+    given_inputs = make_inputs is not None  # derived inputs never hold a pad id; the user's may
     pretrained = hasattr(flax_model, "init_weights") and hasattr(flax_model, "module")
     if pretrained:
         check_versions(name, flax_model)
@@ -107,18 +113,21 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
         make_inputs = derived_inputs(torch_model, labels=labels_for(shape) if field == "logits" else None)
     default_losses = (cross_entropy_torch, cross_entropy_jax) if field == "logits" else hidden_square_losses(field)
     apply, to_flax = _flax_call(torch_model, flax_model, make_inputs, pretrained)
+    if pretrained:
+        check_training_mode(name, apply, make_inputs(2, 0, _float32())[0])
     derived_only: list[str] = []
     if pretrained:
         flat = _flat_variables(variables, flax_model)
         register_own_parameter_rules(torch_model, flat)
         unreached = unreached_parameters(torch_model, inputs_of(2, 0, _float32())[0], field)
         derived_only = absent_in_flax(torch_model, flat, unreached)
-    _declare(torch_model, overrides, derived_only)
+    _declare(torch_model, overrides, derived_only, padding=given_inputs)
     description = overrides.pop("description", f"transformers {type(torch_model).__name__}")
-    return pair_from_modules(
+    built = pair_from_modules(
         name, torch_model, apply, make_inputs=make_inputs,
         loss_torch=loss_torch or default_losses[0], loss_jax=loss_jax or default_losses[1],
         variables=variables, to_flax_inputs=to_flax, description=description, **overrides)
+    return dataclasses.replace(built, padding_rows=_padding_rows(torch_model, built.mapping))
 
 
 def _float32() -> Any:
@@ -138,10 +147,12 @@ def _flax_call(torch_model: Any, flax_model: Any, make_inputs: MakeInputs, pretr
     return PretrainedCall(flax_model, names), None
 
 
-def _declare(torch_model: Any, overrides: dict, torch_only: list[str]) -> None:
+def _declare(torch_model: Any, overrides: dict, torch_only: list[str], *, padding: bool) -> None:
     """Add the derived one-sided declarations to the user's (never replacing them): the torch cache
-    output, and torch parameters with no Flax twin that are frozen or that the output never reaches."""
-    declared = {"torch_only": ("past_key_values*", *torch_only), "known_differences": _known(torch_model)}
+    output, and torch parameters with no Flax twin that are frozen or that the output never reaches;
+    `padding`: the user's inputs may hold pad ids (derived ones never do)."""
+    known = _known(torch_model) + (("padding_row_gradient",) if padding and _padding_rows(torch_model, None) else ())
+    declared = {"torch_only": ("past_key_values*", *torch_only), "known_differences": known}
     for key, value in declared.items():
         overrides[key] = tuple(dict.fromkeys([*value, *overrides.get(key, ())]))
 
@@ -166,6 +177,28 @@ def _known(torch_model: Any) -> tuple[str, ...]:
            and "BatchNorm" not in type(m).__name__):
         found.append("torch_buffer_flax_parameter")
     return tuple(found)
+
+
+def _padding_rows(torch_model: Any, mapping: Any) -> tuple[tuple[str, int], ...]:
+    """(Flax path of the table, padding row) of each nn.Embedding with a padding_idx, through `mapping`
+    (None: torch module names, to tell whether there is any)."""
+    import torch
+
+    from comparisons.convert import RULES
+    from comparisons.placement import canonical_path
+
+    rows = []
+    for name, module in torch_model.named_modules():
+        if not isinstance(module, torch.nn.Embedding) or module.padding_idx is None:
+            continue
+        if mapping is None:
+            rows.append((name, module.padding_idx))
+            continue
+        layer = next((entry for entry in mapping if entry.torch == name), None)
+        if layer is not None:
+            leaf = RULES[layer.kind].flax_names.get("weight", "weight")
+            rows.append((f"{canonical_path(layer.flax)}.{leaf}", module.padding_idx))
+    return tuple(rows)
 
 
 def _flat_variables(variables: Any, flax_model: Any) -> dict:

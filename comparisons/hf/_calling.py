@@ -62,6 +62,7 @@ class PretrainedCall(FlaxApply):
         self.model, self.input_names = model, tuple(input_names)
         self.full_variables = "batch_stats" in _shape_tree(model)
         # most transformers Flax models take `train`; a few (OPT) take `deterministic` instead
+        self.takes_token_types = "token_type_ids" in inspect.signature(type(model).__call__).parameters
         self.flag = "train" if "train" in inspect.signature(type(model).__call__).parameters else "deterministic"
 
     def _model(self) -> Any:
@@ -72,7 +73,7 @@ class PretrainedCall(FlaxApply):
     def apply(self, variables: Any, *inputs: Any, train: bool = False, mutable: Any = False,
               rngs: Any = None) -> Any:
         """The model's `__call__` on `inputs` by name; (out, updates) when `mutable` asks for updates."""
-        named = dict(zip(self.input_names, inputs, strict=True))
+        named = self._torch_fills(dict(zip(self.input_names, inputs, strict=True)))
         params = dict(variables) if self.full_variables else variables["params"]
         extra = {"dropout_rng": rngs["dropout"]} if rngs and "dropout" in rngs else {}
         flag = {self.flag: train if self.flag == "train" else not train}
@@ -83,6 +84,17 @@ class PretrainedCall(FlaxApply):
         return result if self.full_variables and train else (result, {})
 
     __call__ = apply
+
+    def _torch_fills(self, named: dict) -> dict:
+        """The inputs with what torch's `forward` fills and this `__call__` would fill otherwise.
+
+        torch fills a missing `token_type_ids` with zeros (its zero buffer); transformers' Flax Electra
+        fills ones, which selects the other token-type row and changes every output (|d| 0.24)."""
+        if "token_type_ids" in named or "input_ids" not in named or not self.takes_token_types:
+            return named
+        import jax.numpy as jnp
+
+        return {**named, "token_type_ids": jnp.zeros_like(named["input_ids"])}
 
     def init(self, rngs: Any, *inputs: Any) -> Any:
         """The model's variables, from its own `init_weights` (trace it under `jax.eval_shape`)."""

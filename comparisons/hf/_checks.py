@@ -16,6 +16,41 @@ class BatchDependentOutput(ComparisonError):
     """An output whose shape depends on the whole batch (contrastive logits): no DataParallel can gather it."""
 
 
+class TrainingModeIgnored(ComparisonError):
+    """The Flax port runs some BatchNorm layers in inference mode while training: another function than torch's."""
+
+
+def check_training_mode(name: str, call: Any, inputs: tuple) -> None:
+    """Refuse a Flax model whose BatchNorm statistics do not move in a training forward.
+
+    transformers 4.57's FlaxRegNetYLayer calls its layers without `deterministic`, so they normalise with
+    running statistics while training, where torch's normalise by the batch: outputs differ by ~0.3 and
+    no comparison of the training step can tell DataParallel from that. Costs one Flax init and one
+    training forward on `inputs` (a batch of 2), only for a model with batch statistics.
+    """
+    import jax
+    import numpy as np
+    from flax.traverse_util import flatten_dict
+
+    if not getattr(call, "full_variables", False):
+        return
+    variables = call.init(jax.random.key(0), *inputs)
+    _, updates = call.apply(variables, *inputs, train=True, mutable=["batch_stats"])
+    before, after = flatten_dict(dict(variables["batch_stats"])), flatten_dict(dict(updates["batch_stats"]))
+    still = sorted({"/".join(k[:-1]) for k, v in before.items() if np.array_equal(np.asarray(v), after[k])})
+    layers = {"/".join(k[:-1]) for k in before}
+    if still:
+        import transformers
+
+        raise TrainingModeIgnored(
+            f"hf.pair({name!r}): {len(still)} of {len(layers)} BatchNorm layers of transformers "
+            f"{transformers.__version__}'s {type(call.model).__name__} keep their running statistics in a training "
+            f"forward (e.g. {still[0]}): its Flax code does not pass train/deterministic down to them, so they "
+            "normalise with running statistics while torch's normalise by the batch. The two compute different "
+            "training steps whatever the parallelism (not a DataParallel difference); the family "
+            "can be compared once its Flax port passes the flag down")
+
+
 def check_models(name: str, torch_model: Any, flax_model: Any, make_inputs: Any) -> None:
     """Refuse what is not a torch model, a Flax model or a make_inputs, and tokens the model cannot embed."""
     import flax.linen as nn

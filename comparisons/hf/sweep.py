@@ -125,7 +125,7 @@ def run_family(family: str, torch_class: str, flax_class: str, *, strategies: Se
 
     from comparisons.errors import ComparisonError
     from comparisons.harness import compare
-    from comparisons.hf import BatchDependentOutput, VersionNote, pair, version_note
+    from comparisons.hf import BatchDependentOutput, TrainingModeIgnored, VersionNote, pair, version_note
 
     start = time.perf_counter()
 
@@ -146,7 +146,7 @@ def run_family(family: str, torch_class: str, flax_class: str, *, strategies: Se
                          torch_devices="cpu")
     except VersionNote as note:
         return outcome("version_note", _first_line(note))
-    except BatchDependentOutput as refusal:
+    except (BatchDependentOutput, TrainingModeIgnored) as refusal:
         return outcome("refusal", _first_line(refusal))
     except ComparisonError as error:
         return outcome("error", f"{type(error).__name__}: {_first_line(error)}")

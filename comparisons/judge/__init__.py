@@ -7,6 +7,7 @@
     _declared.py   one-sided leaves, unused parameters, known differences, given variables
     _runs.py       judge_runs: every verdict of one comparison's runs
     _padding.py    padding_notes: what uneven='pad' would change, measured (notes, never verdicts)
+    _padding_row.py padding_row_checks: torch's padding_idx row, taken out of the cross checks and measured
     _drift.py      drift: the torch-vs-JAX gap per training step; classify_drift: rounding or jumps
 
 Above runs/ and placement/; harness/ and render/ build on it.
@@ -18,6 +19,7 @@ from comparisons.judge._drift import classify as classify_drift
 from comparisons.judge._drift import drift, drift_line, relative_gap
 from comparisons.judge._numerics import TOLERANCES, compare_trees, flatten
 from comparisons.judge._padding import padding_notes
+from comparisons.judge._padding_row import padding_row_checks
 from comparisons.judge._placement import check_aliasing, compare_placement, layer_of
 from comparisons.judge._precision import judge_cross, larger, measured_rounding
 from comparisons.judge._runs import SUBJECTS, Tolerance, judge_runs, parametrisation_note
@@ -25,4 +27,4 @@ from comparisons.judge._runs import SUBJECTS, Tolerance, judge_runs, parametrisa
 __all__ = ["SUBJECTS", "TOLERANCES", "Tolerance", "check_aliasing", "classify_drift", "compare_placement",
            "compare_trees", "conversion_checks", "cross", "declared_checks", "declared_notes", "drift", "drift_line",
            "flatten", "judge_cross", "judge_runs", "larger", "layer_of", "measured_rounding", "padding_notes",
-           "parametrisation_note", "relative_gap"]
+           "padding_row_checks", "parametrisation_note", "relative_gap"]

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from comparisons.judge import _padding_row
 from comparisons.judge._numerics import compare_trees, flatten
 from comparisons.placement import canonical_path
 from comparisons.verdicts import Check
@@ -25,6 +26,9 @@ def cross(pair: Any, subject: str, jax_value: Any, torch_value: Any) -> tuple[An
     """The two sides of a torch-vs-JAX check, without declared one-sided leaves or known differences."""
     if subject == "outputs":
         return _drop(jax_value, pair.is_flax_only), _drop(torch_value, pair.is_torch_only)
+    if _padding_row.applies(pair, subject):  # row p is measured on its own (padding_row_checks)
+        jax_value = _padding_row.without_rows(pair, jax_value)
+        torch_value = _padding_row.without_rows(pair, torch_value)
     if subject == "gradients" and _one_sided_gradients(pair):
         torch_side = flatten(torch_value)
         return _drop(jax_value, lambda path: path not in torch_side), torch_side
@@ -61,8 +65,9 @@ def _drop(tree: Any, declared) -> dict:
     return {path: leaf for path, leaf in flat.items() if not declared(path)}
 
 
-def checks(pair: Any, runs: list, tol: float) -> list[Check]:
-    """The unused-parameter check and one check per declared known difference, for each JAX run."""
+def checks(pair: Any, runs: list, tol: float, inputs: tuple | None = None) -> list[Check]:
+    """The unused-parameter check and one check per declared known difference, for each JAX run
+    (`inputs`: the run's, which tell whether a padding row's difference is explained)."""
     torch_run, found = runs[0], []
     # DataParallel gives such a parameter a zero gradient (replicate's backward sums zeros); a
     # single-device run leaves it None, so the reference run is the one that tells.
@@ -71,7 +76,7 @@ def checks(pair: Any, runs: list, tol: float) -> list[Check]:
         found += [_unused_check(pair, unused, run, tol) for run in runs[1:]]
     if "flax_batchnorm_biased_var" in pair.known_differences and pair.has_batch_stats:
         found += [_biased_var_check(torch_run, run, tol) for run in runs[1:]]
-    return found
+    return found + _padding_row.padding_row_checks(pair, runs, inputs, tol)
 
 
 def _unused_check(pair: Any, unused: tuple[str, ...], run: Any, tol: float) -> Check:

@@ -30,8 +30,9 @@ class Tolerance:
     cross_cause: str | None = None
 
 
-def judge_runs(pair: Any, runs: list[BackendRun], tol: Tolerance) -> list[Check]:
-    """Every verdict on `runs` (torch's first, then one per JAX strategy) under `tol`."""
+def judge_runs(pair: Any, runs: list[BackendRun], tol: Tolerance, inputs: tuple | None = None) -> list[Check]:
+    """Every verdict on `runs` (torch's first, then one per JAX strategy) under `tol`; `inputs`, the runs'
+    inputs, tell a declared padding row's difference explained or not."""
     torch_run, checks = runs[0], []
     for subject in SUBJECTS:
         if subject == "batch_stats" and not pair.has_batch_stats:
@@ -54,7 +55,8 @@ def judge_runs(pair: Any, runs: list[BackendRun], tol: Tolerance) -> list[Check]
                                         padded_replica=run.padded_replica))
     checks += [check_aliasing(run.placement, run.label) for run in runs
                if any(r.replica is not None and r.role == "param" for r in run.placement)]
-    return checks + declared.checks(pair, runs, tol.rtol) + declared.island_checks(pair, runs, tol.reference, checks)
+    return (checks + declared.checks(pair, runs, tol.rtol, inputs)
+            + declared.island_checks(pair, runs, tol.reference, checks))
 
 
 def _where_next(checks: list[Check]) -> list[Check]:

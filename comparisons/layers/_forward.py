@@ -54,12 +54,14 @@ def forwards(run: RunInputs, dtype: str) -> tuple[Forward, Forward]:
     import jax
 
     from comparisons.runs.jax_run import computing_in
+    from comparisons.runs.torch_run import torch_default_dtype
 
     def cast(x):
         return x.astype(dtype) if np.issubdtype(np.asarray(x).dtype, np.floating) else x
     inputs = tuple(cast(x) for x in run.inputs)
     torch_module, flax_module, variables = build(run, dtype)
-    torch_side = torch_forward(run, torch_module, inputs)
+    with torch_default_dtype(dtype):  # a float64 forward builds its masks in float64 (runs/torch_run.py)
+        torch_side = torch_forward(run, torch_module, inputs)
     with jax.enable_x64(dtype == "float64"):
         flax_side = flax_forward(run, computing_in(flax_module, dtype), variables, inputs)
     return torch_side, flax_side

@@ -6,8 +6,9 @@ in training mode, replica 0's running statistics); numbers are then comparable t
 """
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,30 @@ def run_torch_reference(run: RunInputs, module: torch.nn.Module, chunks: int, de
                   lambda: None, record=run.config.trajectory)
 
 
+@contextlib.contextmanager
+def torch_default_dtype(dtype: str) -> Iterator[None]:
+    """torch's default dtype set to `dtype` for a float64 run, and restored after (costs nothing).
+
+    Models build tensors without naming a dtype; transformers' causal masks are
+    `torch.full(shape, torch.finfo(dtype).min)` cast afterwards, which overflows float32, the default,
+    when `dtype` is float64 (XGLM). A float64 run computes as a float64 program would."""
+    if dtype != "float64":
+        yield
+        return
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
 def _train(run: RunInputs, module, devices, forward, progress, captured=None, *, record: bool = False) -> Snapshot:
+    with torch_default_dtype(run.config.dtype):
+        return _train_steps(run, module, devices, forward, progress, captured, record=record)
+
+
+def _train_steps(run: RunInputs, module, devices, forward, progress, captured, *, record: bool) -> Snapshot:
     pair, config = run.pair, run.config
     model = copy.deepcopy(module).to(devices[0]).train()
     optimizer = torch_optimizer(config.optimizer, model.parameters())
