@@ -28,11 +28,17 @@ SEED = random.Random().randrange(1000)
 
 @pytest.fixture
 def user_folder(tmp_path, monkeypatch) -> Path:
-    """The user's pair modules in a folder on this process's sys.path only (not on PYTHONPATH)."""
+    """The user's pair modules in a folder on this process's sys.path only (not on PYTHONPATH); modules of
+    the same names an earlier test imported from its own folder are forgotten first, and again after."""
     folder = tmp_path / "user_code"
     shutil.copytree(FIXTURE, folder)
+    _forget_modules()
     monkeypatch.syspath_prepend(str(folder))
     yield folder
+    _forget_modules()
+
+
+def _forget_modules() -> None:
     for name in ("tiny_pairs", "tiny_registering"):
         sys.modules.pop(name, None)
     _forget("tiny_tanh", "tiny_imported")  # what importing or loading them registered
