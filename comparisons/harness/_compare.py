@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from comparisons import judge
+from comparisons import runs as run_support
 from comparisons.errors import ComparisonError
 from comparisons.harness import _arguments as check
 from comparisons.harness._layers import add_layer_view, needs_layer_view
@@ -109,6 +110,9 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
         tolerance=tolerance_record(dtype, precision, rtol, atol),
         precision="float64" if dtype == "float64" else precision,
         notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
+    freed = run_support.free_programs_near_map_limit()
+    if freed:
+        report.notes.append(freed)
     total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
     tick = (lambda label: progress(label, total)) if progress else (lambda label: None)
     in_float64 = _checks_in_float64(dtype, precision)

@@ -169,16 +169,24 @@ def notes(pair: Any, runs: list) -> list[str]:
     """What the torch-only / Flax-only declarations matched, in the torch and the first JAX run."""
     torch_paths = _paths(runs[0])
     jax_paths = _paths(runs[1]) if len(runs) > 1 else []
-    found = []
+    tied = dict(getattr(pair, "tied", ()))
+    found = [_tied_note(tied)] if tied else []
     for side, patterns, paths, matches in (("torch", pair.torch_only, torch_paths, pair.is_torch_only),
                                            ("Flax", pair.flax_only, jax_paths, pair.is_flax_only)):
         if not patterns:
             continue
-        hit = sorted({p for p in paths if matches(p)})
+        hit = sorted({p for p in paths if matches(p) and p not in tied})
         shown = ", ".join(hit[:8]) + (f" (+{len(hit) - 8} more)" if len(hit) > 8 else "")
         found.append(f"{side}-only (declared, not compared across frameworks): {shown or 'nothing matched'}; "
                      f"patterns {list(patterns)}")
     return found
+
+
+def _tied_note(tied: dict[str, str]) -> str:
+    pairs = [f"{alias} = {canonical}" for alias, canonical in tied.items()]
+    shown = "; ".join(pairs[:8]) + (f" (+{len(pairs) - 8} more)" if len(pairs) > 8 else "")
+    return ("tied (one torch tensor under two names, converted and compared once, under the name after '='; its "
+            f"gradient is torch's sum over both uses): {shown}")
 
 
 def _paths(run: Any) -> list[str]:

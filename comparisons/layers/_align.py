@@ -70,10 +70,19 @@ def judge_side(path: str, torch32, flax32, torch64, flax64, *, tol: Bounds, meas
         return Side(None, None, "missing", message=f"`{path}`: no value on the {absent} side (no call, a call "
                     "without a tensor, or one inside a JAX transform such as nn.scan)")
     torch32, flax32 = broadcast(torch32, flax32)
-    torch64, flax64 = broadcast(torch64, flax64)
+    torch64, flax64 = broadcast(_widened(torch64), _widened(flax64))
     return side_of(judge_trees(path, ({path: flax32}, {path: torch32}),
                                None if torch64 is None or flax64 is None
                                else ({path: flax64}, {path: torch64}), tol), measured)
+
+
+def _widened(value: np.ndarray | None) -> np.ndarray | None:
+    """A float64 forward's activation as float64: a model that casts its own input (transformers' Flax ViT
+    and ResNet take pixels as float32 whatever the weights) records a float32 leaf there, and in that forward
+    the dtype says nothing (the float32 forward judges dtypes); its values are what tell rounding from a port."""
+    if value is None or not np.issubdtype(value.dtype, np.floating):
+        return value
+    return np.asarray(value, np.float64)
 
 
 def broadcast(a: np.ndarray | None, b: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -119,7 +119,7 @@ def _layer(prefix: str, module: Any, names: list[str], hook: FlaxPathHook | None
             f"covers its class; register one with comparisons.convert.register_rule(kind, Rule(...), "
             f"torch_types=[{type(module).__name__}]), or write this pair's mapping by hand")
     path = hook(prefix) if hook is not None else None
-    path = prefix.replace(".", "/") if path is None else path
+    path = (_list_path(prefix, flax_modules) or prefix.replace(".", "/")) if path is None else path
     if tuple(p for p in path.split("/") if p) not in flax_modules:
         close = difflib.get_close_matches(path, sorted("/".join(m) for m in flax_modules), n=3, cutoff=0.4)
         raise ConversionError(
@@ -127,6 +127,31 @@ def _layer(prefix: str, module: Any, names: list[str], hook: FlaxPathHook | None
             f"variables lack (close: {close}); pass flax_path=hook where hook({prefix!r}) returns its path")
     heads = getattr(module, "num_heads", None) if kind == "mha" else None
     return Layer(kind, prefix, path, num_heads=heads)
+
+
+def _list_path(prefix: str, flax_modules: set) -> str | None:
+    """The Flax path of a torch name, list entries spelled as Flax spells them, or None if none is there.
+
+    torch's `nn.ModuleList`/`nn.Sequential` entry 'layers.0' is 'layers/0' in a Flax module named so by hand,
+    'layers_0' for a linen list attribute, or 'layers/layers_0' inside a submodule named 'layers'; each
+    segment takes the first spelling the Flax variables hold, so no `flax_path` hook is needed.
+    """
+    found = _spell(tuple(s for s in prefix.split(".") if s), (), flax_modules)
+    return None if found is None else "/".join(found)
+
+
+def _spell(rest: tuple[str, ...], found: tuple[str, ...], flax_modules: set) -> tuple[str, ...] | None:
+    if not rest:
+        return found
+    segment, following = rest[0], rest[1] if len(rest) > 1 else ""
+    spellings = [(found + (segment,), rest[1:])]
+    if following.isdigit():
+        merged = f"{segment}_{following}"
+        spellings += [(found + (merged,), rest[2:]), (found + (segment, merged), rest[2:])]
+    for spelled, left in spellings:
+        if spelled in flax_modules and (whole := _spell(left, spelled, flax_modules)) is not None:
+            return whole
+    return None
 
 
 def _flax_module_paths(flat: Mapping[tuple, Any]) -> set[tuple[str, ...]]:
@@ -171,12 +196,26 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
             raise UsageTypeError(f"pair_from_modules: {label}={value!r} is a string; pass a tuple, e.g. ({value!r},)")
     shapes = pair.flax_shapes(flax_model) if variables is None else _wrapped(variables)
     layers, derived_only = derive_mapping(torch_module, shapes, flax_path=flax_path, torch_only=torch_only)
+    tied = tied_parameters(torch_module)
+    aliases = {alias for alias, _ in tied}
     return ModelPair(
         name=name, make_torch=pair.make_torch, make_flax=pair.make_flax, mapping=tuple(layers),
         make_inputs=make_inputs, loss_torch=loss_torch, loss_jax=loss_jax, to_flax_inputs=pair.to_flax_inputs,
         has_batch_stats="batch_stats" in shapes, description=description,
-        torch_only=tuple(dict.fromkeys([*derived_only, *torch_only])), flax_only=tuple(flax_only),
-        variables=variables, known_differences=tuple(known_differences))
+        torch_only=tuple(dict.fromkeys([*(n for n in derived_only if n not in aliases), *torch_only])),
+        flax_only=tuple(flax_only), variables=variables, known_differences=tuple(known_differences), tied=tied)
+
+
+def tied_parameters(torch_module: Any) -> tuple[tuple[str, str], ...]:
+    """(alias, canonical) for each torch parameter name that is a second name of another's tensor.
+
+    GPT-2's lm_head.weight is transformer.wte.weight; BART's encoder.embed_tokens.weight is
+    model.shared.weight. The canonical name is the one `named_parameters()` keeps (the first); the
+    tensor converts once, there, and its gradient is torch's sum over every use.
+    """
+    canonical = {id(p): n for n, p in torch_module.named_parameters()}
+    return tuple((name, canonical[id(value)]) for name, value in torch_module.state_dict(keep_vars=True).items()
+                 if id(value) in canonical and canonical[id(value)] != name)
 
 
 def _wrapped(variables: Any) -> dict:

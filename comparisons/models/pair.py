@@ -45,6 +45,9 @@ class ModelPair:
         they are; the harness only checks them against this pair's own conversion (bitwise).
       known_differences: names from `KNOWN_DIFFERENCES` that are not data parallelism; the report
         names and measures them instead of failing on them.
+      tied: (alias, canonical) torch parameter names of one tensor (`models.tied_parameters`): the
+        alias is neither converted nor compared (its tensor is, under the canonical name) and the
+        report lists both names.
       padding_rows: (Flax parameter path, row) of each embedding table whose row torch's
         `padding_idx` keeps out of the gradient ('model.decoder.embed_tokens.embedding', 1); read with
         the known difference 'padding_row_gradient'.
@@ -65,6 +68,7 @@ class ModelPair:
     variables: Any = field(default=None, compare=False, repr=False)
     known_differences: tuple[str, ...] = ()
     padding_rows: tuple[tuple[str, int], ...] = ()
+    tied: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         unknown = [d for d in self.known_differences if d not in KNOWN_DIFFERENCES]
@@ -146,7 +150,8 @@ class ModelPair:
 
     def is_torch_only(self, name: str) -> bool:
         """Whether a torch name or output path is declared torch-only (or is num_batches_tracked)."""
-        return name.endswith("num_batches_tracked") or _matches(name, self.torch_only)
+        return (name.endswith("num_batches_tracked") or any(name == alias for alias, _ in self.tied)
+                or _matches(name, self.torch_only))
 
     def is_flax_only(self, path: str) -> bool:
         """Whether a Flax variable path ('params.a.b') or output path is declared Flax-only."""

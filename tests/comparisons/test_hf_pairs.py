@@ -60,7 +60,8 @@ def test_gpt2_tied_head_conv1d_and_causal_mask_buffers_pass_as_they_are():
     report = compare(pair, seed=3, **SMALL)
     assert report.ok, report.render("markdown")
     torch_only = next(note for note in report.notes if note.startswith("torch-only"))
-    assert "lm_head.weight" in torch_only and "transformer.h.1.attn.bias" in torch_only
+    tied = next(note for note in report.notes if note.startswith("tied"))
+    assert "transformer.h.1.attn.bias" in torch_only and "lm_head.weight = transformer.wte.weight" in tied
 
 
 def test_resnet_bottleneck_batchnorm_in_training_mode_names_the_biased_variance():

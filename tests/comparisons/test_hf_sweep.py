@@ -72,7 +72,8 @@ def test_declarations_passed_to_pair_add_to_the_derived_ones():
     torch_model, flax_model = transformers.GPT2LMHeadModel(config), transformers.FlaxGPT2LMHeadModel(config,
                                                                                                      _do_init=False)
     pair = hf.pair("gpt2", torch_model, flax_model, torch_only=("*.extra_thing",))
-    assert {"*.extra_thing", "past_key_values*", "lm_head.weight"} <= set(pair.torch_only)
+    assert {"*.extra_thing", "past_key_values*"} <= set(pair.torch_only)
+    assert ("lm_head.weight", "transformer.wte.weight") in pair.tied and pair.is_torch_only("lm_head.weight")
 
 
 SMOKE = ["gpt2", "bert", "bart", "vit"]  # a decoder, an encoder, a seq2seq model, a vision model
