@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from comparisons import compare
+from comparisons import ComparisonError, compare
 from comparisons.models import pair_from_modules, tied_parameters
 from comparisons.models.builtin import cross_entropy_jax, cross_entropy_torch
 
@@ -31,21 +31,8 @@ class TorchStack(torch.nn.Module):
         return self.head(x)
 
 
-class FlaxList(nn.Module):
-    """`self.layers = [...]` in setup: linen names the entries layers_0, layers_1, ..."""
-    depth: int
-
-    def setup(self):
-        self.layers = [nn.Dense(6) for _ in range(self.depth)]
-        self.head = nn.Dense(3)
-
-    def __call__(self, x, train: bool = False):
-        for layer in self.layers:
-            x = jnp.tanh(layer(x))
-        return self.head(x)
-
-
 class _Layers(nn.Module):
+    """`self.layers = [...]` in setup: linen names the entries layers_0, layers_1, ..."""
     depth: int
 
     def setup(self):
@@ -55,6 +42,17 @@ class _Layers(nn.Module):
         for layer in self.layers:
             x = jnp.tanh(layer(x))
         return x
+
+
+class FlaxList(_Layers):
+    """The list at the top: layers_0, layers_1, ..., beside head."""
+
+    def setup(self):
+        super().setup()
+        self.head = nn.Dense(3)
+
+    def __call__(self, x, train: bool = False):
+        return self.head(super().__call__(x))
 
 
 class FlaxNested(nn.Module):
@@ -128,9 +126,9 @@ def test_a_tied_weight_converts_once_is_listed_under_both_names_and_its_summed_g
     assert not any("head.weight" in note for note in report.notes if note.startswith("torch-only"))
 
 
-def test_a_flax_twin_that_unties_the_weight_fails_the_gradient_check():
-    """The tied table's torch gradient is the sum over both uses; a twin with its own output kernel gives the
-    embedding only one of them, and its kernel is not in the mapping: conversion names it."""
+def test_a_flax_twin_that_unties_the_weight_is_refused_naming_its_extra_kernel():
+    """torch's head has no weight of its own (it is the embedding's), so a twin with its own output kernel
+    holds a leaf the mapping cannot fill: refused before any run, naming the leaf."""
     torch.manual_seed(4)
 
     class Untied(nn.Module):
@@ -139,7 +137,7 @@ def test_a_flax_twin_that_unties_the_weight_fails_the_gradient_check():
             h = nn.LayerNorm(epsilon=1e-5, name="norm")(nn.Embed(11, 6, name="embed")(ids)).mean(axis=1)
             return nn.Dense(11, name="head")(h)
 
-    with pytest.raises(Exception, match="kernel"):
-        pair = pair_from_modules("untied", TorchTied(), Untied(), make_inputs=tokens,
-                                 loss_torch=cross_entropy_torch, loss_jax=cross_entropy_jax)
+    pair = pair_from_modules("untied", TorchTied(), Untied(), make_inputs=tokens,
+                             loss_torch=cross_entropy_torch, loss_jax=cross_entropy_jax)
+    with pytest.raises(ComparisonError, match=r"params\.head\.kernel.*mapping does not produce"):
         compare(pair, seed=1, **SMALL)
