@@ -16,7 +16,6 @@ Folders by layer, lowest first; each imports only its own layer and those below 
 docs/architecture.md maps every module. Importing this package imports neither torch nor JAX; they
 load when a comparison needs them.
 """
-import sys
 
 from comparisons import render  # noqa: F401  (registers the report formats)
 from comparisons.doctor import doctor_jax, doctor_torch
@@ -33,10 +32,9 @@ def clear_caches() -> None:
     devices, so a second comparison of the same pair compiles nothing; they hold your modules and losses.
     After this call the next comparison compiles again. A no-op where no JAX run happened.
     """
-    if "comparisons.runs.jax_run" in sys.modules:
-        sys.modules["comparisons.runs.jax_run"].clear_caches()
-    if "dp_jax" in sys.modules:
-        sys.modules["dp_jax"].clear_caches()
+    from comparisons.runs import clear_cached_programs
+
+    clear_cached_programs()
 
 
 __all__ = ["Check", "ComparisonError", "ComparisonReport", "PlacementMap", "PlacementRecord", "UsageError",

@@ -27,13 +27,13 @@ from comparisons.runs._devices import (
     torch_devices,
     torch_kind,
 )
-from comparisons.runs._memory_maps import free_programs_near_map_limit, map_count, map_limit
+from comparisons.runs._memory_maps import clear_cached_programs, free_programs_near_map_limit, map_count, map_limit
 from comparisons.runs._optimizers import OPTIMIZERS, optax_optimizer, torch_optimizer
 from comparisons.runs._records import BackendRun, Float64Reference, RunConfig, RunInputs, Snapshot, Trajectory
 from comparisons.runs._trees import output_tree, to_numpy
 
 __all__ = ["COMPILE_CACHE_ENV", "OPTIMIZERS", "TORCH_DEVICES", "BackendRun", "Float64Reference", "RunConfig",
-           "RunInputs", "Snapshot", "Trajectory", "free_programs_near_map_limit", "install_virtual", "jax_devices",
-           "map_count", "map_limit", "optax_optimizer", "output_tree",
+           "RunInputs", "Snapshot", "Trajectory", "clear_cached_programs", "free_programs_near_map_limit",
+           "install_virtual", "jax_devices", "map_count", "map_limit", "optax_optimizer", "output_tree",
            "pair_inputs", "scalar_loss", "set_jax_cpu_devices", "to_numpy", "torch_devices", "torch_kind",
            "torch_optimizer", "use_compile_cache"]

@@ -34,6 +34,14 @@ def map_limit() -> int | None:
         return None
 
 
+def clear_cached_programs() -> None:
+    """Empty the caches of compiled programs that comparisons' runs and dp_jax keep (`comparisons.clear_caches`).
+    A no-op for a module no run has imported."""
+    for name in ("comparisons.runs.jax_run", "dp_jax"):
+        if name in sys.modules:
+            sys.modules[name].clear_caches()
+
+
 def free_programs_near_map_limit(limit: int | None = None, fraction: float = 0.5) -> str | None:
     """Forget every cached compiled program (comparisons', dp_jax's and JAX's) when this process holds
     more than `fraction` of `limit` memory maps (default: the system's); a line saying so, or None.
@@ -44,9 +52,7 @@ def free_programs_near_map_limit(limit: int | None = None, fraction: float = 0.5
     count, limit = map_count(), limit if limit is not None else map_limit()
     if count is None or limit is None or count < fraction * limit:
         return None
-    for name in ("comparisons.runs.jax_run", "dp_jax"):
-        if name in sys.modules:
-            sys.modules[name].clear_caches()
+    clear_cached_programs()
     if "jax" in sys.modules:
         sys.modules["jax"].clear_caches()
     gc.collect()
