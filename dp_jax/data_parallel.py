@@ -128,7 +128,8 @@ class DataParallel:
         """
         return training.value_and_grad(loss_fn, self._step_placement("value_and_grad"), has_aux)
 
-    def train_step(self, tx: Any, loss_fn: Callable[..., Any], *, has_aux: bool = False) -> training.CompiledStep:
+    def train_step(self, tx: Any, loss_fn: Callable[..., Any], *, has_aux: bool = False,
+                   return_grads: bool = False) -> training.CompiledStep:
         """A jitted `(params, opt_state, collections, *batch) -> (params, opt_state, collections, loss)`.
 
         One step of PyTorch's loop (loss on the gathered output, backward, optimizer.step()) for an optax
@@ -136,8 +137,12 @@ class DataParallel:
         loss, or with has_aux (loss, updated collections) from `apply(..., mutable=[...])`. params,
         opt_state and collections stay resident, replicated, and are donated: pass each step the ones
         the last step returned. Compiles once per (shapes, devices). Mapped strategies only.
+
+        return_grads: the step also returns the gradients of params it updated with (summed over replicas,
+        replicated, not donated), after the loss: for logging a gradient norm, or checking the step,
+        without compiling a second `value_and_grad` program. Costs one more output buffer per parameter.
         """
-        return training.train_step(tx, loss_fn, self._step_placement("train_step"), has_aux)
+        return training.train_step(tx, loss_fn, self._step_placement("train_step"), has_aux, return_grads)
 
     def _step_placement(self, method: str) -> training.Placement:
         if not self.record.mapped:

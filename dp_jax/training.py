@@ -179,8 +179,10 @@ def value_and_grad(loss_fn: Callable[..., Any], placement: Placement, has_aux: b
     return CompiledStep(grad_fn, 1, placement, donate=(), name="DataParallel.value_and_grad step")
 
 
-def train_step(tx: Any, loss_fn: Callable[..., Any], placement: Placement, has_aux: bool = False) -> CompiledStep:
-    """Jitted `(params, opt_state, collections, *batch) -> (params, opt_state, collections, loss)`.
+def train_step(tx: Any, loss_fn: Callable[..., Any], placement: Placement, has_aux: bool = False,
+               return_grads: bool = False) -> CompiledStep:
+    """Jitted `(params, opt_state, collections, *batch) -> (params, opt_state, collections, loss)`, and the
+    step's gradients of params (what the update used) after the loss with return_grads.
 
     loss_fn({"params": params, **collections}, *batch) returns the loss, or with has_aux
     (loss, updated_collections), which replace theirs in the returned collections. params,
@@ -204,7 +206,8 @@ def train_step(tx: Any, loss_fn: Callable[..., Any], placement: Placement, has_a
         loss, updated = value if has_aux else (value, {})
         extra = {"value": loss} if takes_value else {}
         updates, opt_state = tx.update(grads, opt_state, params, **extra)
-        return optax.apply_updates(params, updates), opt_state, {**collections, **updated}, loss
+        stepped = optax.apply_updates(params, updates), opt_state, {**collections, **updated}, loss
+        return (*stepped, grads) if return_grads else stepped
 
     return CompiledStep(body, 3, placement, donate=(0, 1, 2), name="DataParallel.train_step step")
 

@@ -169,10 +169,23 @@ def _verdict(report: Any) -> tuple[str, str]:
     failed = [c for c in report.checks if not c.passed]
     if failed:
         return "fail", "; ".join(f"{c.subject} ({c.compared}): {_first_line(c.detail, 160)}" for c in failed[:3])
-    known = sorted({c.compared for c in report.checks if c.subject == "known_difference"})
+    known = [c.compared for c in report.checks if c.subject == "known_difference"]
     if known:
-        return "known_difference", ", ".join(known)
+        return "known_difference", _known_differences(known)
     return "pass", ""
+
+
+def _known_differences(compared: Sequence[str]) -> str:
+    """'float32 islands (explicit, pmap)' from checks compared as 'torch vs jax:explicit: float32 islands', ..."""
+    runs_by_kind: dict[str, list[str]] = {}
+    for label in compared:
+        run, _, kind = label.rpartition(": ")
+        runs = runs_by_kind.setdefault(kind, [])
+        strategy = run.rpartition("jax:")[2]
+        if strategy and strategy not in runs:
+            runs.append(strategy)
+    return "; ".join(f"{kind} ({', '.join(sorted(runs))})" if runs else kind for kind, runs in
+                     sorted(runs_by_kind.items()))
 
 
 def _first_line(text: Any, limit: int = 300) -> str:

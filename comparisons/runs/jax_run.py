@@ -3,8 +3,9 @@
 Gradients are `jax.grad` of the loss on the gathered output, through the strategy's transfers.
 The reference applies the Flax module to the same torch-sized chunks on devices[0] in one jitted
 function, keeping chunk 0's batch statistics (what torch's replica 0 keeps). The mapped strategies
-train through dp_jax's compiled step (`_jax_compiled`), with the eager path beside it; every DP run,
-the padded one included, differentiates the same `dp_apply`.
+train through dp_jax's compiled step (`_jax_compiled`), with the eager path beside it (whose output is the
+one compared: the compiled step returns none); every DP run, the padded one included, differentiates the
+same `dp_apply`.
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def run_jax(run: RunInputs, flax_module: Any, variables: dict, devices: Sequence
     eager = None
     if has_compiled_step(strategy):  # the compiled step trains; the eager path is checked against it
         eager, out_and_grads = _train(dp_step, variables, x, run, lambda: None)
-        dp = train_compiled(run, flax_module, variables, tuple(devices), strategy, progress=progress)
+        compiled = train_compiled(run, flax_module, variables, tuple(devices), strategy, progress=progress)
+        dp = dataclasses.replace(compiled, outputs=eager.outputs)  # train_step returns no output: apply's
     else:
         dp, out_and_grads = _train(dp_step, variables, x, run, progress, record=config.trajectory)
     single, _ = _train(reference, variables, x, run, progress)

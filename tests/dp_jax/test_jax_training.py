@@ -217,6 +217,30 @@ def test_k_train_steps_equal_pytorch_s_data_parallel_loop(optimizer, tx):
     close(params["l2"]["b"], torch_after["2.bias"], atol=2e-5)
 
 
+@pytest.mark.parametrize("strategy", MAPPED)
+@pytest.mark.parametrize("batch", (11, 8))
+def test_train_step_with_return_grads_returns_each_step_s_gradient_from_its_one_program(strategy, batch):
+    init, x, y, _ = dp_torch_loop("sgd", steps=0, batch=batch, seed=batch + len(strategy))
+    apply, params = torch_mlp_as_jax(init)
+    dp = dp_jax.DataParallel(apply, devices(N), strategy=strategy)
+    tx = optax.sgd(0.05, momentum=0.9)
+    step = dp.train_step(tx, lambda v, x, y: jnp.mean((dp.apply(v, x) - y) ** 2), return_grads=True)
+
+    def one_device_loss(p):
+        return jnp.mean((chunked(apply, {"params": p}, x, N)[0] - y) ** 2)
+
+    opt_state, collections, expected_params, expected_state = tx.init(params), {}, params, tx.init(params)
+    for _ in range(3):
+        expected_grads = jax.grad(one_device_loss)(expected_params)  # at the params the step starts from
+        params, opt_state, collections, loss, grads = step(params, opt_state, collections, x, y)
+        updates, expected_state = tx.update(expected_grads, expected_state, expected_params)
+        expected_params = optax.apply_updates(expected_params, updates)
+        close(grads, expected_grads, atol=1e-5)
+        replicated_on(grads, devices(N))
+    close(params, expected_params, atol=2e-5)
+    assert step.compiles() == 1  # the gradients come out of the train step's own program
+
+
 def test_train_step_keeps_batchnorm_statistics_of_chunk_0_and_leaves_the_caller_s_arrays_alive():
     model, variables, x = make("convbn", 10, seed=11)  # chunks 3, 3, 3, 1
     y = np.random.default_rng(12).normal(size=(10, 3)).astype(np.float32)
