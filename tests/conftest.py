@@ -1,6 +1,6 @@
 """Test session setup: JAX sees 8 emulated CPU devices, set before JAX first initialises; one persistent
-compilation cache serves the session's CLI, docs and distributed subprocesses; `--slow-share K/N` runs a
-share of the slow tier (CI runs today's share of three)."""
+compilation cache serves the session's CLI, docs and distributed subprocesses; XLA compiles light; `--slow-share
+K/N` runs a share of the slow tier (CI runs today's eighth)."""
 import atexit
 import os
 import shutil
@@ -25,6 +25,13 @@ atexit.register(shutil.rmtree, _COMPILE_CACHE, True)
 # little: its tests build new models, so few programs repeat. (It once looked like the cause of a
 # segfault in the cache write; that was the process's memory maps: comparisons/runs/_memory_maps.py.)
 jax.config.update("jax_enable_compilation_cache", False)
+
+# Light compiles everywhere, as compare() compiles on the CPU (comparisons/runs/_light_compiles.py): the
+# suite's time is mostly XLA compiling tiny programs. Every test sees one setting, so tests that compare
+# two programs bitwise compare two light ones; tests/comparisons/test_light_compiles.py checks that the
+# verdicts are the same with full optimisation. Subprocesses (CLI, docs, workers) inherit it.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+jax.config.update("jax_disable_most_optimizations", os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] == "1")
 
 # Virtual torch devices change process-global state; their tests run in their own pytest process:
 # `python -m pytest tests/virtual` (tests/virtual/conftest.py installs vdev:0..3 there).

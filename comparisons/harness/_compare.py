@@ -104,38 +104,42 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     if torch_devices == "auto" and kind == "virtual":
         install_virtual(devices)
     torch_list, reference = torch_device_list(kind, devices)
-    report = ComparisonReport(
-        model=pair.name, batch_size=batch_size, devices=devices, chunk_sizes=[], strategies=chosen,
-        steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=kind,
-        tolerance=tolerance_record(dtype, precision, rtol, atol),
-        precision="float64" if dtype == "float64" else precision,
-        notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
-    freed = run_support.free_programs_near_map_limit()
-    if freed:
-        report.notes.append(freed)
-    total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
-    tick = (lambda label: progress(label, total)) if progress else (lambda label: None)
-    in_float64 = _checks_in_float64(dtype, precision)
-    run, runs, jax64 = _run_all(_inputs(pair, config), chosen, (torch_list, reference), jax_list, tick, in_float64)
-    tol = report.tolerance["rtol"]
-    float64 = _float64_reference(run, devices, jax_list[0], jax64) if in_float64 else None
-    tolerance = judge.Tolerance(tol, atol, float64, cross_cause="port" if dtype == "float64" else None)
-    report.chunk_sizes = runs[0].chunk_sizes
-    report.checks = (judge.judge_runs(pair, runs, tolerance, run.inputs)
-                     + judge.conversion_checks(pair, config.seed, dtype))
-    report.drift = judge.drift(pair, runs, float64)
-    report.placements = {run.label: run.placement for run in runs}
-    report.layers = {layer.torch: canonical_path(layer.flax) for layer in pair.mapping}
-    report.notes += [note for run in runs for note in run.notes] + judge.parametrisation_note(runs)
-    report.notes += judge.declared_notes(pair, runs)
-    if padding:
-        report.notes += _padding_section(run, chosen, runs[0], jax_list, tol)
-    if _runs_elsewhere(pair) and (layers or needs_layer_view(report.checks)):
-        report.notes.append("layer view: not available when the JAX side runs in another process (a traced pair)")
-    elif layers or needs_layer_view(report.checks):
-        with jax_precision(dtype):
-            add_layer_view(report, run, (torch_list, jax_list), (tol, atol), float64 is not None, asked=layers)
-    return report
+    with run_support.light_compiles(jax_list) as light:
+        report = ComparisonReport(
+            model=pair.name, batch_size=batch_size, devices=devices, chunk_sizes=[], strategies=chosen,
+            steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=kind,
+            tolerance=tolerance_record(dtype, precision, rtol, atol),
+            precision="float64" if dtype == "float64" else precision,
+            notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
+        freed = run_support.free_programs_near_map_limit()
+        if freed:
+            report.notes.append(freed)
+        if light:
+            report.notes.append(run_support.LIGHT_COMPILES_NOTE)
+        total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
+        tick = (lambda label: progress(label, total)) if progress else (lambda label: None)
+        in_float64 = _checks_in_float64(dtype, precision)
+        run, runs, jax64 = _run_all(_inputs(pair, config), chosen, (torch_list, reference), jax_list, tick,
+                                    in_float64)
+        tol = report.tolerance["rtol"]
+        float64 = _float64_reference(run, devices, jax_list[0], jax64) if in_float64 else None
+        tolerance = judge.Tolerance(tol, atol, float64, cross_cause="port" if dtype == "float64" else None)
+        report.chunk_sizes = runs[0].chunk_sizes
+        report.checks = (judge.judge_runs(pair, runs, tolerance, run.inputs)
+                         + judge.conversion_checks(pair, config.seed, dtype))
+        report.drift = judge.drift(pair, runs, float64)
+        report.placements = {run.label: run.placement for run in runs}
+        report.layers = {layer.torch: canonical_path(layer.flax) for layer in pair.mapping}
+        report.notes += [note for run in runs for note in run.notes] + judge.parametrisation_note(runs)
+        report.notes += judge.declared_notes(pair, runs)
+        if padding:
+            report.notes += _padding_section(run, chosen, runs[0], jax_list, tol)
+        if _runs_elsewhere(pair) and (layers or needs_layer_view(report.checks)):
+            report.notes.append("layer view: not available when the JAX side runs in another process (a traced pair)")
+        elif layers or needs_layer_view(report.checks):
+            with jax_precision(dtype):
+                add_layer_view(report, run, (torch_list, jax_list), (tol, atol), float64 is not None, asked=layers)
+        return report
 
 
 PRECISIONS = ("float64-check", "off", "float64")
