@@ -34,7 +34,7 @@ def test_the_flag_is_on_inside_the_block_on_cpus_and_restored_after_even_on_an_e
         assert light and jax.config.values[FLAG]
     assert not jax.config.values[FLAG]
     with pytest.raises(ZeroDivisionError), runs.light_compiles(cpus):
-        1 / 0
+        raise ZeroDivisionError("inside the block")
     assert not jax.config.values[FLAG]
 
 
