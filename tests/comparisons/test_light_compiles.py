@@ -1,7 +1,6 @@
 """compare() compiles light on the CPU (comparisons/runs/_light_compiles.py), and the verdicts stay the same.
 
-The suite itself runs with the flag on (tests/conftest.py), so each test here turns it off first and
-puts it back after.
+Each test starts with the flag off, as in a user's process, and puts back what it found.
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ FLAG = "jax_disable_most_optimizations"
 
 @pytest.fixture
 def full_by_default(monkeypatch):
-    """The flag off, as in a user's process; restored to the suite's setting after."""
+    """The flag off, as in a user's process; restored after."""
     before = jax.config.values[FLAG]
     jax.config.update(FLAG, False)
     monkeypatch.delenv(runs.XLA_OPTIMIZE_ENV, raising=False)
@@ -71,7 +70,7 @@ def _verdicts(report):
 
 
 def _close_gaps(light, full):
-    """Each check's largest gap the same up to float32 rounding (LLVM -O0 forms no fused multiply-adds)."""
+    """Each check's largest gap the same up to float32 rounding (the machine code differs at LLVM -O0)."""
     for a, b in zip(light.checks, full.checks):
         if a.max_abs is not None and b.max_abs is not None:
             assert abs(a.max_abs - b.max_abs) <= 4 * max(a.max_abs, b.max_abs, 1e-7), (a.subject, a.compared)
