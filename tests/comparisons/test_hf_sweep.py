@@ -99,7 +99,7 @@ def test_the_record_covers_every_family_transformers_maps_with_every_strategy():
 
 
 # The whole sweep, a family per test, in the slow tier: CI's --slow-share runs an eighth of the families a day
-# (by a hash of the test id), so every family meets every strategy within eight days. 36 min for all 40.
+# (by a hash of the test id), so every family meets every strategy within eight days. 28 min for all 40.
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(RECORDED))
 def test_family_ends_as_recorded_with_every_strategy_on_an_uneven_batch(family):
