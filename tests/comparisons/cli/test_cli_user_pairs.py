@@ -17,7 +17,7 @@ from _helpers_signals import interruptible
 from comparisons import ComparisonError
 from comparisons.convert import ConversionError
 
-FIXTURE = Path(__file__).parent / "user_pairs_fixture"
+FIXTURE = Path(__file__).resolve().parents[1] / "user_pairs_fixture"  # shared with distributed/
 
 
 @pytest.fixture
