@@ -1,4 +1,4 @@
-"""Small worker programs for the launcher tests: `python tests/_distributed_workers.py MODE [ARG]`.
+"""Small worker programs for the launcher tests: `python _distributed_workers.py MODE [ARG]` (its folder).
 
 Each writes its pid to $PID_DIR/rank{RANK}.pid first (when PID_DIR is set), so a test can watch it.
 Modes: env (hand back the rank's environment), fail (rank 1 prints ARG to stderr and exits 7,
@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from comparisons.distributed.ranks import write_result  # noqa: E402

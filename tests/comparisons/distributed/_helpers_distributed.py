@@ -8,8 +8,8 @@ import pytest
 
 from comparisons.distributed.ranks import LAUNCHER_PID_ENV
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKERS = [sys.executable, str(ROOT / "tests" / "_distributed_workers.py")]
+ROOT = Path(__file__).resolve().parents[3]  # the repository: tests/comparisons/distributed/ is three below
+WORKERS = [sys.executable, str(Path(__file__).resolve().parent / "_distributed_workers.py")]
 
 
 def alive(pid: int) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from _helpers_distributed import no_rank_left_behind  # noqa: F401
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "distributed.md"
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 THE_READERS = {"ddp_step.py": "# the reader's own ddp_step.py\n", "fails.py": "# the reader's own fails.py\n"}

@@ -1,6 +1,6 @@
 """The real engines meeting a rank that never comes: a clear error within seconds, not a hang.
 
-The rendezvous timeout is 2 s by design (tests/_distributed_workers.py); the launcher's own
+The rendezvous timeout is 2 s by design (_distributed_workers.py, beside this file); the launcher's own
 timeout stays generous, so the error comes from the engine's rendezvous, named by the launcher.
 """
 import time

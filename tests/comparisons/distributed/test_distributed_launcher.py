@@ -1,7 +1,7 @@
 """The launcher: torchrun's environment, results by rank, and every fault path ends every rank.
 
-The workers here are tiny Python programs (tests/_distributed_workers.py), so these tests take
-seconds; tests/test_distributed_faults.py makes the real engines hang or die.
+The workers here are tiny Python programs (_distributed_workers.py, beside this file), so these tests take
+seconds; test_distributed_faults.py makes the real engines hang or die.
 """
 import os
 import signal

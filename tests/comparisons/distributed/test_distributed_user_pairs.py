@@ -22,7 +22,7 @@ from comparisons.distributed import compare_distributed
 from comparisons.distributed.pairs import pair_sources, python_path
 from comparisons.errors import UsageError
 
-FIXTURE = Path(__file__).parent / "user_pairs_fixture"
+FIXTURE = Path(__file__).resolve().parents[1] / "user_pairs_fixture"  # shared with cli/
 SEED = random.Random().randrange(1000)
 
 
