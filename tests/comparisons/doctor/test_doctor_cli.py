@@ -16,7 +16,7 @@ import pytest
 
 from comparisons.doctor.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMMAND = ["comparisons", "doctor"]
 
 BROKEN = textwrap.dedent("""\
