@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("transformers", reason="needs the hf extra: pip install -e '.[hf]'")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def recipe_module() -> str:

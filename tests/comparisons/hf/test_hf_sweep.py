@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from comparisons import hf  # noqa: E402
 from comparisons.hf import sweep  # noqa: E402
 
-RECORD = Path(__file__).resolve().parents[2] / "docs" / "hf_families.json"
+RECORD = Path(__file__).resolve().parents[3] / "docs" / "hf_families.json"
 
 
 def test_families_are_read_from_transformers_auto_mappings_with_both_classes():

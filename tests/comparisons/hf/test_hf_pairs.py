@@ -143,7 +143,7 @@ def gpt_neo():
 @pytest.mark.parametrize("value", [None, "gpt2", 3])
 def test_hf_pair_names_the_argument_that_is_not_a_model(missing, value):
     if missing == "make_inputs" and value is None:
-        pytest.skip("make_inputs=None derives the inputs from the model (tests/comparisons/test_hf_sweep.py)")
+        pytest.skip("make_inputs=None derives the inputs from the model (tests/comparisons/hf/test_hf_sweep.py)")
     torch_model, flax_model, inputs = gpt2()
     arguments = {"torch_model": torch_model, "flax_model": flax_model, "make_inputs": inputs} | {missing: value}
     with pytest.raises(UsageTypeError) as raised:
