@@ -14,7 +14,7 @@ from comparisons import models
 from comparisons.errors import UsageTypeError
 from comparisons.models import ModelPair, flax_nets
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_importing_comparisons_and_models_loads_neither_torch_nor_jax():
