@@ -196,6 +196,6 @@ def test_aliasing_on_virtual_devices_follows_the_name_they_were_installed_under(
     # install() is process-global and first-wins, so a fresh interpreter gets the non-default name.
     code = VIRTUAL_UNDER_ANOTHER_NAME.format(name="vxq")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                            cwd=Path(__file__).resolve().parents[2])
+                            cwd=Path(__file__).resolve().parents[3])
     assert result.returncode == 0, result.stderr
     assert result.stdout.split(" ", 2) == ["None", "vxq", "[(0, True), (1, False), (2, False)]\n"]
