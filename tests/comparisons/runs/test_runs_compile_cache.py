@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # A comparison in a fresh process, counting JAX's cache events and the backend compiles it really ran.
 PROBE = """
 import json, sys, warnings

@@ -40,7 +40,7 @@ def test_k_compiled_steps_equal_torch_s_loop_and_the_eager_path(optimizer, strat
 
 
 def test_batchnorm_pair_trains_through_the_compiled_step_with_chunk_0_statistics():
-    # uneven BatchNorm batches through the compiled step: tests/test_jax_training.py
+    # uneven BatchNorm batches through the compiled step: tests/dp_jax/test_jax_training.py
     report = compare("cnn_bn", batch_size=8, devices=4, strategies=["shard_map"], steps=2, optimizer="momentum")
     assert report.ok, report.render("table")
     assert all(compiled_checks(report).values()) and len(compiled_checks(report)) == 2
