@@ -1,7 +1,7 @@
 """The torch models every dp_torch test draws from: one definition each, with their inputs.
 
-Used by the CPU-oracle tests (tests/), the virtual-device tests (tests/virtual/, which put
-tests/ on sys.path in their conftest) and the dp_torch unit tests (via _helpers_torch).
+Used by the CPU-oracle tests (tests/oracle/), the virtual-device tests (tests/virtual/, which put
+tests/ on sys.path in their conftest) and the dp_torch unit tests (via dp_torch/_helpers_torch.py).
 """
 from __future__ import annotations
 
