@@ -1,6 +1,6 @@
 """A held-out set for the doctor: hazards it must report with the right kind, sound models it must not.
 
-Written apart from tests/_doctor_models.py, in the shapes real models take (timm's BatchNorm
+Written apart from _doctor_models.py (beside this file), in the shapes real models take (timm's BatchNorm
 subclasses, caches, parametrize, ModuleDict). tests/virtual/test_doctor_heldout.py runs each under
 the doctor and under stock nn.DataParallel, so every label is what DataParallel really does.
 """
