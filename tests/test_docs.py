@@ -3,24 +3,16 @@ import importlib.util
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from _helpers_docs import DOCS, PAGES, ROOT, python_blocks
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
-PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 # A page that changes process-global state (virtual torch devices) runs in its own interpreter.
 OWN_PROCESS = "<!-- docs-test: own-process -->"
 # A page whose snippets use Hugging Face models is skipped when the hf extra is absent.
 NEEDS_TRANSFORMERS = "<!-- docs-test: needs transformers -->"
 # A page whose snippets trace a torch model with torchax is skipped when the auto extra is absent.
 NEEDS_TORCHAX = "<!-- docs-test: needs torchax -->"
-PAGES = sorted(DOCS.glob("*.md")) + [ROOT / "README.md"]
-
-
-def python_blocks(page: Path) -> list[str]:
-    return PYTHON_BLOCK.findall(page.read_text())
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if python_blocks(p)], ids=lambda p: p.name)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from test_docs import PAGES, ROOT, python_blocks
+from _helpers_docs import PAGES, ROOT, python_blocks
 
 QUICK = {"scatter.md", "gather.md"}
 

@@ -2,21 +2,18 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 from _helpers_distributed import no_rank_left_behind  # noqa: F401
+from _helpers_docs import DOCS, ROOT, python_blocks
 
-ROOT = Path(__file__).resolve().parents[3]
-PAGE = ROOT / "docs" / "distributed.md"
-PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+PAGE = DOCS / "distributed.md"
 THE_READERS = {"ddp_step.py": "# the reader's own ddp_step.py\n", "fails.py": "# the reader's own fails.py\n"}
 
 
 def test_the_pages_worker_scripts_leave_the_current_folder_as_they_found_it(tmp_path):
-    blocks = PYTHON_BLOCK.findall(PAGE.read_text())
+    blocks = python_blocks(PAGE)
     dataparallel, ddp = blocks[0], next(b for b in blocks if "ddp_step.py" in b)
     fails = next(b for b in blocks if "fails.py" in b)  # the JAX block is skipped: the slowest, and alike
     for name, text in THE_READERS.items():

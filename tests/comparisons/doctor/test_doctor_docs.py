@@ -2,18 +2,16 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-PAGE = ROOT / "docs" / "doctor.md"
-PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+from _helpers_docs import DOCS, ROOT, python_blocks
+
+PAGE = DOCS / "doctor.md"
 
 
 def test_the_pages_examples_leave_the_current_folder_as_they_found_it(tmp_path):
-    blocks = PYTHON_BLOCK.findall(PAGE.read_text())
+    blocks = python_blocks(PAGE)
     [helper] = [b for b in blocks if "def doctor(" in b]
     first_example = next(b for b in blocks if b.lstrip().startswith("code, out = doctor("))
     (tmp_path / "model.py").write_text("# the reader's own model.py\n")

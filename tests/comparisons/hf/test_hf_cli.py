@@ -2,22 +2,18 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from _helpers_docs import DOCS, ROOT, python_blocks
 
 pytest.importorskip("transformers", reason="needs the hf extra: pip install -e '.[hf]'")
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def recipe_module() -> str:
     """The page's first Python block: the module that defines PAIR."""
-    text = (ROOT / "docs" / "your_models.md").read_text()
-    block = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)[0]
+    block = python_blocks(DOCS / "your_models.md")[0]
     assert "PAIR = models.register(hf.pair(" in block and len(block.splitlines()) <= 25
     return block
 
