@@ -1,7 +1,7 @@
 """Generator for your_models.md: every Hugging Face family with a Flax twin, as the sweep recorded it.
 
 The sweep (`python -m comparisons.hf.sweep --write docs/hf_families.json`) takes minutes, so the page
-is generated from its record, which `tests/comparisons/test_hf_sweep.py` (slow) reruns and checks.
+is generated from its record, which `tests/comparisons/hf/test_hf_sweep.py` (slow) reruns and checks.
 """
 from __future__ import annotations
 
