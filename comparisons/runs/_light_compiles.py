@@ -4,7 +4,7 @@ A comparison compiles some fifty programs and runs each a few times on tiny batc
 most of its time went to LLVM optimising machine code that then runs for microseconds. While
 compare() runs on CPU devices it turns on JAX's own `jax_disable_most_optimizations` (LLVM at -O0,
 no expensive LLVM passes) and restores the setting after. The verdicts are the same:
-tests/comparisons/test_light_compiles.py compares every built-in pair's report with and without
+tests/comparisons/runs/test_runs_light_compiles.py compares every built-in pair's report with and without
 (measured on the demo: 16.2 s of compiling down to 10.6 s, docs/performance.md).
 
     $DP_COMPARE_XLA_OPTIMIZE=full   compile with XLA's full optimisation (e.g. to time the programs)
