@@ -23,12 +23,13 @@ import pytest
 @dataclass(frozen=True)
 class Share:
     """Share `k` of `n` of the slow tier, plus every slow test in `changed` (absolute paths); `why` says how `k`
-    was chosen (`commit 28bbc87`, `the day`, `given`)."""
+    was chosen (`commit 28bbc87`, `the day`, `given`); `caveat`, what `changed` could not know, or ""."""
 
     k: int
     n: int
     changed: frozenset[Path]
     why: str
+    caveat: str = ""
 
     def keeps(self, item: pytest.Item) -> bool:
         return (not item.get_closest_marker("slow") or zlib.crc32(item.nodeid.encode()) % self.n == self.k
@@ -67,7 +68,7 @@ def pytest_report_header(config):
     names = sorted(path.name for path in share.changed)
     changed = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "") or "none"
     return [f"slow tier: share {share.k} of {share.n} ({share.why}), plus every slow test in the files this tree "
-            f"changes ({changed})",
+            f"changes ({changed}){share.caveat}",
             f"reproduce this selection on this tree: {reproduce_command(config, share)}"]
 
 
@@ -115,22 +116,28 @@ def parse_share(spec: str, root: Path) -> Share:
         k_share, why = time.time_ns() // 86_400_000_000_000 % n_shares, f"--slow-share {spec}: the day's"
     else:
         why = f"--slow-share {spec}"
-    return Share(k_share, n_shares, changed_files(root) if head else frozenset(), why)
+    changed, caveat = changed_files(root) if head else (frozenset(), "")
+    return Share(k_share, n_shares, changed, why, caveat)
 
 
-def changed_files(root: Path) -> frozenset[Path]:
-    """The files HEAD changes against its first parent (all of them for a first commit), and the files changed,
-    staged or new and not yet committed; absolute paths. Empty outside a git repository."""
+def changed_files(root: Path) -> tuple[frozenset[Path], str]:
+    """(the files HEAD changes against its first parent (all of them for a first commit) and the files changed,
+    staged or new and not yet committed, as absolute paths; what that could not know, or ""). Empty outside a
+    git repository. A shallow clone without HEAD's parent gives only the uncommitted changes, and says so."""
     top = _git(root, "rev-parse", "--show-toplevel")
     if top is None:
-        return frozenset()
-    parent = _git(root, "rev-parse", "--verify", "--quiet", "HEAD^1")
-    committed = (_git(root, "diff", "--name-only", parent, "HEAD") if parent
-                 else _git(root, "ls-tree", "-r", "--name-only", "HEAD"))
+        return frozenset(), ""
+    parent, caveat = _git(root, "rev-parse", "--verify", "--quiet", "HEAD^1"), ""
+    if parent:
+        committed = _git(root, "diff", "--name-only", parent, "HEAD")
+    elif _git(root, "rev-parse", "--is-shallow-repository") == "true":
+        committed, caveat = None, "; a shallow clone: HEAD's own changes are unknown (clone with --depth 2 or more)"
+    else:
+        committed = _git(root, "ls-tree", "-r", "--name-only", "HEAD")
     uncommitted = _git(root, "diff", "--name-only", "HEAD")
     untracked = _git(root, "ls-files", "--others", "--exclude-standard")
     names = "\n".join(text for text in (committed, uncommitted, untracked) if text).split()
-    return frozenset(Path(top, name).resolve() for name in names)
+    return frozenset(Path(top, name).resolve() for name in names), caveat
 
 
 def _git(root: Path, *args: str) -> str | None:

@@ -102,6 +102,17 @@ def test_every_slow_test_of_an_uncommitted_or_new_file_is_selected(repo):
     assert of_file(selected, "test_b.py") < of_file(ids(pytest_run(repo)), "test_b.py")
 
 
+def test_a_shallow_clone_says_it_cannot_know_what_head_changed(repo, tmp_path):
+    every_b = write_tests(repo, "test_b.py", random.randint(40, 80))
+    git(repo, "commit", "-q", "-am", "change test_b")
+    git(tmp_path, "clone", "-q", "--depth", "1", repo.as_uri(), "shallow")
+    shallow = tmp_path / "shallow"
+    done = pytest_run(shallow, "--slow-share", "commit/8", quiet=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "a shallow clone: HEAD's own changes are unknown" in done.stdout
+    assert of_file(ids(pytest_run(shallow, "--slow-share", "commit/8")), "test_b.py") < every_b  # only its share
+
+
 def test_the_header_names_the_share_and_a_command_that_reproduces_the_selection(repo):
     write_tests(repo, "test_b.py", random.randint(40, 80))
     git(repo, "commit", "-q", "-am", "change test_b")
