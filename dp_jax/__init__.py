@@ -3,7 +3,8 @@
 Devices are `jax.Device`s or indices into `jax.devices()`; every array a step returns is committed
 to its device. Chunk sizes, padding and gather rules follow torch (docs/divergences.md (section dp_jax) lists
 where we refuse instead of reproducing a torch bug). `DataParallel`/`data_parallel` run the four
-steps per device ("explicit") or as one sharded program (see `STRATEGIES`). `clear_caches()` empties
+steps per device ("explicit") or as one sharded program (see `STRATEGIES`; `MAPPED_STRATEGIES` are those
+that run as one program, inside jit). `clear_caches()` empties
 dp_jax's module caches (the next calls recompile). A refusal of user input is a `UsageError` (a
 ValueError; `UsageTypeError` is also a TypeError).
 """
@@ -13,9 +14,10 @@ from dp_jax.data_parallel import DataParallel, data_parallel
 from dp_jax.parallel_apply import parallel_apply
 from dp_jax.replicate import replicate
 from dp_jax.scatter_gather import chunk_sizes, gather, scatter, scatter_kwargs
-from dp_jax.strategies import STRATEGIES, ReplicaPlacement, ShardPlan
+from dp_jax.strategies import MAPPED_STRATEGIES, STRATEGIES, ReplicaPlacement, ShardPlan
 
 __all__ = [
+    "MAPPED_STRATEGIES",
     "STRATEGIES",
     "ReplicaPlacement",
     "ShardPlan",

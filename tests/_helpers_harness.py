@@ -10,8 +10,7 @@ import numpy as np
 from _chunks import torch_chunk_sizes
 
 from comparisons.placement import PlacementMap, PlacementRecord
-from comparisons.report import Check, ComparisonReport
-from comparisons.verdicts import Leaf
+from comparisons.verdicts import Check, ComparisonReport, Leaf
 
 ROOT = Path(__file__).resolve().parents[1]
 

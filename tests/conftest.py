@@ -1,12 +1,19 @@
 """Test session setup: JAX sees 8 emulated CPU devices, set before JAX first initialises; one persistent
 compilation cache serves the session's CLI, docs and distributed subprocesses; `--slow-share K/N` runs a
-share of the slow tier (CI runs today's eighth)."""
+share of the slow tier (CI runs `commit/8`: the same eighth for the same commit)."""
 import atexit
 import os
 import shutil
 import tempfile
-import time
-import zlib
+
+# `--slow-share`: its hooks, found here by name (tests/_slow_share.py)
+from _slow_share import (  # noqa: F401
+    pytest_addoption,
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_report_header,
+    pytest_terminal_summary,
+)
 
 os.environ.setdefault("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
@@ -35,43 +42,3 @@ jax.config.update("jax_enable_compilation_cache", False)
 # `python -m pytest tests/virtual` (tests/virtual/conftest.py installs vdev:0..3 there).
 collect_ignore = ["virtual"]
 
-
-def pytest_addoption(parser):
-    parser.addoption(
-        "--slow-share", default=None, metavar="K/N",
-        help="of the tests marked slow, run only share K of N (0 <= K < N), each test's share fixed by a hash of its "
-             "id; 'today/N' is share (days since 1970) mod N, so N days of CI runs cover the whole slow tier. "
-             "Tests not marked slow are not affected.")
-
-
-def pytest_collection_modifyitems(config, items):
-    share = config.getoption("--slow-share")
-    if share is None:
-        return
-    k, n = _slow_share(share)
-    dropped = [item for item in items if item.get_closest_marker("slow") and zlib.crc32(item.nodeid.encode()) % n != k]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        left = set(map(id, dropped))
-        items[:] = [item for item in items if id(item) not in left]
-
-
-def pytest_report_header(config):
-    share = config.getoption("--slow-share")
-    if share is not None:
-        k, n = _slow_share(share)
-        return f"slow tier: share {k} of {n} (--slow-share {share}); the others run on other days"
-
-
-def _slow_share(share: str) -> tuple[int, int]:
-    import pytest
-
-    k, _, n = share.partition("/")
-    try:
-        n_shares = int(n)
-        k_share = time.time_ns() // 86_400_000_000_000 % n_shares if k == "today" else int(k)
-    except (ValueError, ZeroDivisionError):
-        n_shares = k_share = 0
-    if not 0 <= k_share < n_shares:
-        raise pytest.UsageError(f"--slow-share {share!r}: give K/N with 0 <= K < N, or today/N (e.g. --slow-share 0/3)")
-    return k_share, n_shares

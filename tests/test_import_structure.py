@@ -96,7 +96,7 @@ LAYERS = (
     ("comparisons.runs",),
     ("comparisons.judge",),
     ("comparisons.layers",),
-    ("comparisons.harness", "comparisons.render", "comparisons.report", "comparisons.hf"),
+    ("comparisons.harness", "comparisons.render", "comparisons.hf"),
     ("comparisons", "comparisons.__main__", "comparisons.cli", "comparisons.distributed", "comparisons.doctor",
      "comparisons.traced"),
 )
@@ -193,7 +193,7 @@ JAX_FAMILY = ("jax", "jaxlib", "flax", "optax")
 @pytest.mark.parametrize("modules, forbidden", [
     ("dp_torch, dp_torch.virtual", (*JAX_FAMILY, "comparisons")),
     ("dp_jax", ("torch", "comparisons")),
-    ("comparisons, comparisons.__main__, comparisons.models, comparisons.placement, comparisons.report",
+    ("comparisons, comparisons.__main__, comparisons.models, comparisons.placement, comparisons.render",
      ("torch", *JAX_FAMILY)),
     # torchax renames torch's PrivateUse1 backend and turns off the MHA fast path, process-wide: only the traced
     # comparison's worker process may import it, never `import comparisons` (nor the CLI, nor comparisons.traced)

@@ -23,7 +23,14 @@ from comparisons.doctor import cli as doctor_cli
 from comparisons.errors import UsageError
 from comparisons.harness import STRATEGIES
 from comparisons.render import FORMATS
-from comparisons.runs import COMPILE_CACHE_ENV, TORCH_DEVICES, install_virtual, set_jax_cpu_devices, torch_kind
+from comparisons.runs import (
+    COMPILE_CACHE_ENV,
+    TORCH_DEVICES,
+    install_virtual,
+    no_cuda_reason,
+    set_jax_cpu_devices,
+    torch_kind,
+)
 from comparisons.traced import cli as traced_cli
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE in sysexits.h
@@ -136,11 +143,10 @@ def _model_name(args: argparse.Namespace, pair) -> str:
 
 
 def _check_cuda() -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        raise UsageError("--torch-devices cuda: there is no CUDA here (torch.cuda.is_available() is False); "
-                         "use --torch-devices auto (virtual devices vdev:i without GPUs) or cpu")
+    reason = no_cuda_reason()
+    if reason is not None:
+        raise UsageError(f"--torch-devices cuda: {reason}; use --torch-devices auto (virtual devices vdev:i "
+                         "without GPUs) or cpu")
 
 
 def _check_writable(path: str, flag: str) -> None:

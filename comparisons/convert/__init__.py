@@ -22,6 +22,8 @@ from comparisons.convert._convert import (
     torch_grads_to_flax,
     torch_to_flax,
 )
+from comparisons.convert._rules import channels_last_inputs
 
 __all__ = ["RULES", "Activations", "ConversionError", "Layer", "Rule", "flax_grads_to_torch", "flax_momentum",
-           "flax_to_torch", "channels_last", "kind_of", "register_rule", "torch_grads_to_flax", "torch_to_flax"]
+           "flax_to_torch", "channels_last", "channels_last_inputs", "kind_of",
+           "register_rule", "torch_grads_to_flax", "torch_to_flax"]

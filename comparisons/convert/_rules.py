@@ -21,6 +21,12 @@ def channels_last(x: np.ndarray) -> np.ndarray:
     return np.moveaxis(x, 1, -1) if x.ndim >= 3 else x
 
 
+def channels_last_inputs(inputs: tuple) -> tuple:
+    """A pair's torch-layout inputs (NCHW images) in Flax's layout (NHWC), each by `channels_last`: the
+    `to_flax_inputs` of an image pair. Costs a transposed view of each input, no copy."""
+    return tuple(channels_last(np.asarray(x)) for x in inputs)
+
+
 @dataclass(frozen=True)
 class Activations:
     """How one layer kind's activations line up, torch -> Flax, for the per-layer view.

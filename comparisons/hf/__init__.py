@@ -10,205 +10,33 @@ main input and config), the loss (from its head), how the Flax model is called (
 exists on one side only. Needs the `hf` extra (`pip install -e '.[dev]'` includes it; transformers
 < 5: version 5 dropped the Flax models).
 
+  _pair       pair: what it derives from the two models, and in what order
   _inputs     token_inputs, image_inputs, and inputs derived from a model
   _losses     cross-entropy on logits, the mean square of a base model's hidden state
   _calling    PretrainedCall (the model's own __call__, by keyword), flax_apply (a bare module)
-  _rules      GPT-2's Conv1D, same-name rules for parameters a module holds, weight norm
+  _rules      GPT-2's Conv1D, same-name rules for parameters a module holds, weight norm; `pair`
+              registers them on first use (call `register_rules()` to convert transformers layers without it)
   _checks     refusals before any run: arguments, batch-dependent outputs, version notes, BatchNorms
               a Flax port leaves in inference mode while training
   _variables  from_pt_variables (transformers' own converter)
+  _before_flax_models  the one thing done at import (below)
   sweep       every family with a torch and a Flax class in the installed transformers, tiny, in a table
-Importing this package imports JAX (not torch nor transformers) to give it compare()'s CPU devices
-before transformers' Flax models start it (see `_reserve_cpu_devices`).
+Importing this package imports JAX (not torch nor transformers) to give it compare()'s CPU devices, and quiets
+transformers' Flax deprecation line, before the user's Flax model starts JAX and logs it: the recipe builds
+that model before `pair` runs (`_before_flax_models.py`, docs/your_models.md).
 """
-from __future__ import annotations
-
-import dataclasses
-import logging
-from typing import Any
-
-from comparisons.hf._calling import PretrainedCall, call_signature, flax_apply
-from comparisons.hf._checks import (
-    BatchDependentOutput,
-    TrainingModeIgnored,
-    VersionNote,
-    absent_in_flax,
-    check_models,
-    check_training_mode,
-    check_versions,
-    probe_outputs,
-    unreached_parameters,
-    version_note,
-)
-from comparisons.hf._inputs import MakeInputs, derived_inputs, image_inputs, token_inputs
-from comparisons.hf._losses import cross_entropy_jax, cross_entropy_torch, head_of, hidden_square_losses, labels_for
-from comparisons.hf._rules import register_own_parameter_rules, register_rules
+from comparisons.hf import _before_flax_models
+from comparisons.hf._calling import PretrainedCall, flax_apply
+from comparisons.hf._checks import BatchDependentOutput, TrainingModeIgnored, VersionNote, version_note
+from comparisons.hf._inputs import derived_inputs, image_inputs, token_inputs
+from comparisons.hf._losses import cross_entropy_jax, cross_entropy_torch
+from comparisons.hf._pair import pair
+from comparisons.hf._rules import register_rules
 from comparisons.hf._variables import from_pt_variables
-from comparisons.models.derive import pair_from_modules
-from comparisons.models.pair import ModelPair
+
+# the one import-time call (see the docstring): before the recipe's Flax model starts JAX
+_before_flax_models.prepare_for_flax_models()
 
 __all__ = ["BatchDependentOutput", "PretrainedCall", "TrainingModeIgnored", "VersionNote", "cross_entropy_jax",
-           "cross_entropy_torch", "derived_inputs",
-           "flax_apply", "from_pt_variables", "image_inputs", "pair", "register_rules", "token_inputs",
-           "version_note"]
-
-register_rules()
-
-
-def _reserve_cpu_devices(count: int = 8) -> None:
-    """Give JAX compare()'s default CPU device count now, unless chosen already or JAX has started.
-
-    Building a transformers Flax model (even with `_do_init=False`) starts JAX, after which its
-    CPU device count is fixed at one and compare(devices=2) cannot run; compare() would set this
-    count itself had JAX not started. Costs the import of JAX.
-    """
-    from comparisons.runs import set_jax_cpu_devices
-
-    set_jax_cpu_devices(count)
-
-
-_reserve_cpu_devices()
-
-# transformers 4.x logs this once per process when a Flax model is built (logger.warning_once, not
-# warnings.warn, so warnings.filterwarnings cannot reach it): the `hf` extra pins transformers < 5
-# on purpose, and the line says nothing about the comparison. Only this message of that logger.
-_FLAX_DEPRECATION = "TensorFlow and JAX classes are deprecated and will be removed in Transformers v5"
-
-
-def _drop_flax_deprecation(record: logging.LogRecord) -> bool:
-    return not str(record.msg).startswith(_FLAX_DEPRECATION)
-
-
-logging.getLogger("transformers.modeling_flax_utils").addFilter(_drop_flax_deprecation)
-
-
-def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInputs | None = None,
-         loss_torch: Any = None, loss_jax: Any = None, variables: Any = None, **overrides: Any) -> ModelPair:
-    """A ModelPair from a transformers torch model and its Flax twin (same config), everything derived.
-
-    Args:
-      make_inputs: (batch_size, seed, dtype) -> (inputs, targets) in torch's `forward` order, e.g.
-        `token_inputs(...)`, `image_inputs(...)`. Default: derived from the model (its main input,
-        decoder ids for a seq2seq model, labels shaped like the head's logits).
-      loss_torch / loss_jax: default: cross-entropy of `logits` against the targets, or the mean
-        square of the main hidden state for a model without logits.
-      variables: Flax variables converted elsewhere (`from_pt_variables`, `from_pretrained(from_pt=True)
-        .params`): used as they are and checked bitwise against the derived conversion.
-      **overrides: passed to `pair_from_modules` (flax_path, torch_only, flax_only, ...); declarations
-        are added to the derived ones.
-    Raises VersionNote when the family cannot run with the installed versions, BatchDependentOutput
-    for an output no DataParallel can gather, TrainingModeIgnored for a Flax port whose BatchNorm layers
-    stay in inference mode while training. Costs two torch forwards on batches of 2 and 3 (the probe)
-    and one trace of the Flax init; with batch statistics, one Flax init and training forward more.
-    """
-    check_models(name, torch_model, flax_model, make_inputs)
-    given_inputs = make_inputs is not None  # derived inputs never hold a pad id; the user's may
-    pretrained = hasattr(flax_model, "init_weights") and hasattr(flax_model, "module")
-    if pretrained:
-        check_versions(name, flax_model)
-    inputs_of = make_inputs or derived_inputs(torch_model, labels=None)
-    shapes = probe_outputs(name, torch_model, lambda b: inputs_of(b, 0, _float32())[0])
-    field, shape = head_of(shapes)
-    if make_inputs is None:
-        make_inputs = derived_inputs(torch_model, labels=labels_for(shape) if field == "logits" else None)
-    default_losses = (cross_entropy_torch, cross_entropy_jax) if field == "logits" else hidden_square_losses(field)
-    apply, to_flax = _flax_call(torch_model, flax_model, make_inputs, pretrained)
-    if pretrained:
-        check_training_mode(name, apply, make_inputs(2, 0, _float32())[0])
-    derived_only: list[str] = []
-    if pretrained:
-        flat = _flat_variables(variables, flax_model)
-        register_own_parameter_rules(torch_model, flat)
-        unreached = unreached_parameters(torch_model, inputs_of(2, 0, _float32())[0], field)
-        derived_only = absent_in_flax(torch_model, flat, unreached)
-    _declare(torch_model, overrides, derived_only, padding=given_inputs)
-    description = overrides.pop("description", f"transformers {type(torch_model).__name__}")
-    built = pair_from_modules(
-        name, torch_model, apply, make_inputs=make_inputs,
-        loss_torch=loss_torch or default_losses[0], loss_jax=loss_jax or default_losses[1],
-        variables=variables, to_flax_inputs=to_flax, description=description, **overrides)
-    return dataclasses.replace(built, padding_rows=_padding_rows(torch_model, built.mapping))
-
-
-def _float32() -> Any:
-    import numpy as np
-    return np.float32
-
-
-def _flax_call(torch_model: Any, flax_model: Any, make_inputs: MakeInputs, pretrained: bool) -> tuple:
-    """(the Flax callable, to_flax_inputs): the model's own __call__ by keyword, or a bare module positionally."""
-    if not pretrained:
-        images = getattr(make_inputs, "layout", None) == "NCHW"
-        return flax_apply(flax_model), (_nchw_to_nhwc if images else None)
-    names = getattr(make_inputs, "input_names", None)
-    if names is None:
-        count = len(make_inputs(1, 0, _float32())[0])
-        names = call_signature(torch_model)[:count]
-    return PretrainedCall(flax_model, names), None
-
-
-def _declare(torch_model: Any, overrides: dict, torch_only: list[str], *, padding: bool) -> None:
-    """Add the derived one-sided declarations to the user's (never replacing them): the torch cache
-    output, and torch parameters with no Flax twin that are frozen or that the output never reaches;
-    `padding`: the user's inputs may hold pad ids (derived ones never do)."""
-    known = _known(torch_model) + (("padding_row_gradient",) if padding and _padding_rows(torch_model, None) else ())
-    declared = {"torch_only": ("past_key_values*", *torch_only), "known_differences": known}
-    for key, value in declared.items():
-        overrides[key] = tuple(dict.fromkeys([*value, *overrides.get(key, ())]))
-
-
-# torch layers that keep part of the computation in float32 whatever the model's dtype (transformers'
-# rotary embeddings under autocast(enabled=False), fixed sinusoidal tables, ALiBi, attention cast up)
-_FLOAT32_LAYERS = ("Rotary", "Sinusoidal", "GPTNeoSelfAttention", "BloomModel", "GPTJAttention")
-
-
-def _known(torch_model: Any) -> tuple[str, ...]:
-    """The KNOWN_DIFFERENCES the torch model's layers imply (each then measured, never silenced)."""
-    classes = [type(m).__name__ for m in torch_model.modules()]
-    found = []
-    if any("BatchNorm" in c for c in classes):
-        found.append("flax_batchnorm_biased_var")
-    if any(marker in c for c in classes for marker in _FLOAT32_LAYERS):
-        found.append("float32_islands")
-    if any(not p.requires_grad for p in torch_model.parameters()):
-        found.append("frozen_in_torch")
-    if any(k for m in torch_model.modules() for k, v in m._buffers.items()
-           if v is not None and v.is_floating_point() and k not in m._non_persistent_buffers_set
-           and "BatchNorm" not in type(m).__name__):
-        found.append("torch_buffer_flax_parameter")
-    return tuple(found)
-
-
-def _padding_rows(torch_model: Any, mapping: Any) -> tuple[tuple[str, int], ...]:
-    """(Flax path of the table, padding row) of each nn.Embedding with a padding_idx, through `mapping`
-    (None: torch module names, to tell whether there is any)."""
-    import torch
-
-    from comparisons.convert import RULES
-    from comparisons.placement import canonical_path
-
-    rows = []
-    for name, module in torch_model.named_modules():
-        if not isinstance(module, torch.nn.Embedding) or module.padding_idx is None:
-            continue
-        if mapping is None:
-            rows.append((name, module.padding_idx))
-            continue
-        layer = next((entry for entry in mapping if entry.torch == name), None)
-        if layer is not None:
-            leaf = RULES[layer.kind].flax_names.get("weight", "weight")
-            rows.append((f"{canonical_path(layer.flax)}.{leaf}", module.padding_idx))
-    return tuple(rows)
-
-
-def _flat_variables(variables: Any, flax_model: Any) -> dict:
-    from flax.traverse_util import flatten_dict
-
-    tree = dict(variables) if variables is not None else dict(
-        flax_model.params_shape_tree if not getattr(flax_model, "_is_initialized", True) else flax_model.params)
-    return flatten_dict(tree if "params" in tree else {"params": tree})
-
-
-def _nchw_to_nhwc(inputs: tuple) -> tuple:
-    import numpy as np
-    return tuple(np.transpose(x, (0, 2, 3, 1)) for x in inputs)
+           "cross_entropy_torch", "derived_inputs", "flax_apply", "from_pt_variables", "image_inputs", "pair",
+           "register_rules", "token_inputs", "version_note"]

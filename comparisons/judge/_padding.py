@@ -32,7 +32,7 @@ def padding_notes(run: RunInputs, built: tuple[Any, Any, Any], torch_run: Backen
 
     pair, config = run.pair, run.config
 
-    mapped = [s for s in strategies if s in dp_jax.strategies.MAPPED_STRATEGIES] or ["pmap"]
+    mapped = [s for s in strategies if s in dp_jax.MAPPED_STRATEGIES] or ["pmap"]
     plan = dp_jax.DataParallel(built[1], list(devices), dim=config.dim, strategy=mapped[0],
                                uneven=MODE).plan(config.batch_size)
     head = (f"padding (what uneven='pad', a pmap port, would change; measured against torch DP, not judged): "

@@ -2,14 +2,12 @@
 
 `get(name)` returns a built-in or user-registered `ModelPair`; `register(pair)` adds one;
 `pair_from_modules` builds one from a torch module and a Flax model you already have.
-Nothing here imports torch or JAX until a pair's model is made.
+Nothing here imports torch or JAX until a pair's model is made. The registry starts with the built-in
+pairs: `builtin` registers them when this package imports it.
 """
-from .builtin import BUILTIN as _BUILTIN
+from . import builtin  # noqa: F401  (registers the built-in pairs)
 from .derive import FlaxApply, derive_mapping, pair_from_modules, tied_parameters
 from .pair import KNOWN_DIFFERENCES, ModelPair, get, names, register
-
-for _pair in _BUILTIN:
-    register(_pair)
 
 __all__ = ["KNOWN_DIFFERENCES", "FlaxApply", "ModelPair", "derive_mapping", "get", "names", "pair_from_modules",
            "register", "tied_parameters"]

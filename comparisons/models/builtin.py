@@ -5,8 +5,8 @@ from typing import Any
 
 import numpy as np
 
-from ..convert import Layer
-from .pair import ModelPair
+from ..convert import Layer, channels_last_inputs
+from .pair import ModelPair, register
 
 
 def _gaussian(shape: tuple[int, ...], seed: int, dtype: Any) -> np.ndarray:
@@ -32,10 +32,6 @@ def _sequences(batch_size: int, seed: int, dtype: Any):
 def _tokens(batch_size: int, seed: int, dtype: Any):
     tokens = np.random.default_rng(seed).integers(0, 20, (batch_size, 7)).astype(np.int32)
     return (tokens,), _labels(batch_size, 5, seed)
-
-
-def _nchw_to_nhwc(inputs: tuple) -> tuple:
-    return tuple(np.transpose(x, (0, 2, 3, 1)) for x in inputs)
 
 
 def cross_entropy_torch(logits, labels):
@@ -92,7 +88,7 @@ CNN_BN = ModelPair(
              Layer("conv", "conv2", "conv2"), Layer("batchnorm", "bn2", "bn2"),
              Layer("linear", "fc", "fc")),
     make_inputs=_images,
-    to_flax_inputs=_nchw_to_nhwc,
+    to_flax_inputs=channels_last_inputs,
     loss_torch=cross_entropy_torch, loss_jax=cross_entropy_jax,
     has_batch_stats=True,
     description="Conv2d-BatchNorm2d-ReLU x2 with max-pool, global average pool, Linear; NCHW/NHWC",
@@ -120,3 +116,6 @@ EMBEDDING_LSTM = ModelPair(
 )
 
 BUILTIN = (MLP, CNN_BN, TRANSFORMER_BLOCK, EMBEDDING_LSTM)
+
+for _pair in BUILTIN:  # the registry starts with them (`import comparisons.models` imports this module)
+    register(_pair)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from fnmatch import fnmatch
 from typing import Any
 
 import numpy as np
@@ -11,7 +10,7 @@ import numpy as np
 from comparisons.errors import UsageError, UsageTypeError
 
 from ..convert import Layer
-from ..placement import canonical_path
+from ..placement import path_matches
 
 
 def _same_layout(arrays: tuple) -> tuple:
@@ -151,18 +150,11 @@ class ModelPair:
     def is_torch_only(self, name: str) -> bool:
         """Whether a torch name or output path is declared torch-only (or is num_batches_tracked)."""
         return (name.endswith("num_batches_tracked") or any(name == alias for alias, _ in self.tied)
-                or _matches(name, self.torch_only))
+                or path_matches(name, self.torch_only))
 
     def is_flax_only(self, path: str) -> bool:
         """Whether a Flax variable path ('params.a.b') or output path is declared Flax-only."""
-        return _matches(path, self.flax_only)
-
-
-def _matches(path: str, patterns: Sequence[str]) -> bool:
-    """fnmatch in the one dotted spelling, whichever spelling the path and the patterns came in
-    ('params/a/b', "out['logits'][0]" and 'params.a.b' are all read as dotted)."""
-    dotted = canonical_path(path)
-    return any(fnmatch(dotted, canonical_path(pattern)) for pattern in patterns)
+        return path_matches(path, self.flax_only)
 
 
 # Differences between the frameworks that are not data parallelism; a pair opts in by name, and

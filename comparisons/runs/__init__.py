@@ -24,6 +24,7 @@ from comparisons.runs._devices import (
     TORCH_DEVICES,
     install_virtual,
     jax_devices,
+    no_cuda_reason,
     set_jax_cpu_devices,
     torch_devices,
     torch_kind,
@@ -39,6 +40,6 @@ from comparisons.runs._trees import output_tree, to_numpy
 __all__ = ["COMPILE_CACHE_ENV", "LIGHT_COMPILES_NOTE", "OPTIMIZERS", "TORCH_DEVICES", "XLA_OPTIMIZE_ENV",
            "BackendRun", "Float64Reference", "RunConfig", "RunInputs", "Snapshot", "Trajectory",
            "clear_cached_programs", "free_programs_near_map_limit", "install_virtual", "jax_devices",
-           "light_compiles", "map_count", "map_limit", "optax_optimizer", "output_tree", "pair_inputs",
-           "scalar_loss", "set_jax_cpu_devices", "to_numpy", "torch_devices", "torch_kind", "torch_optimizer",
-           "use_compile_cache"]
+           "light_compiles", "map_count", "map_limit", "no_cuda_reason", "optax_optimizer", "output_tree",
+           "pair_inputs", "scalar_loss", "set_jax_cpu_devices", "to_numpy", "torch_devices", "torch_kind",
+           "torch_optimizer", "use_compile_cache"]

@@ -50,15 +50,23 @@ def torch_devices(kind: str, n: int):
                                   "first (process-global), or use torch_devices='auto' (installs them) or 'cpu'")
         available = virtual.devices()
     else:
-        if not torch.cuda.is_available():
-            raise ComparisonError("compare: torch_devices='cuda' but there is no CUDA here "
-                                  "(torch.cuda.is_available() is False); use torch_devices='auto' "
+        reason = no_cuda_reason()
+        if reason is not None:
+            raise ComparisonError(f"compare: torch_devices='cuda' but {reason}; use torch_devices='auto' "
                                   "(virtual devices vdev:i) or 'cpu'")
         available = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
     if n > len(available):
         raise ComparisonError(f"compare: devices={n} but only {len(available)} {kind} torch device(s) "
                               f"exist; pass devices <= {len(available)}")
     return available[:n], torch.device("cuda", 0) if kind == "cuda" else torch.device("cpu")
+
+
+def no_cuda_reason() -> str | None:
+    """Why torch cannot use CUDA here, or None when it can: the one no-CUDA check behind compare()'s and the
+    CLI's refusals of cuda devices (each names its own argument). Costs the import of torch."""
+    import torch
+
+    return None if torch.cuda.is_available() else "there is no CUDA here (torch.cuda.is_available() is False)"
 
 
 def set_jax_cpu_devices(count: int) -> None:

@@ -25,7 +25,7 @@ from comparisons.runs._records import RunInputs, Snapshot, Trajectory
 
 def has_compiled_step(strategy: str) -> bool:
     """Whether `strategy` runs inside jit (the mapped strategies); 'explicit' trains eagerly."""
-    from dp_jax.strategies import MAPPED_STRATEGIES
+    from dp_jax import MAPPED_STRATEGIES
 
     return strategy in MAPPED_STRATEGIES
 

@@ -74,9 +74,9 @@ class TracedPair(ModelPair):
 
     def is_torch_only(self, name: str) -> bool:
         """Only what the user declares: num_batches_tracked is traced, so it is compared like any buffer."""
-        from comparisons.models.pair import _matches
+        from comparisons.placement import path_matches
 
-        return _matches(name, self.torch_only)
+        return path_matches(name, self.torch_only)
 
     def run_jax_side(self, run: Any, strategies: list[str], devices: int, float64: bool) -> tuple[list, Any]:
         """Every strategy's BackendRun and (with `float64`) the float64 reference's JAX Snapshot, from the worker."""

@@ -37,11 +37,6 @@ class SplitArgs(NamedTuple):
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
 
-def batch_size_of(args: tuple, kwargs: dict, dim: int, who: str) -> int | None:
-    """The size along `dim` shared by every array in (args, kwargs); None when there is no array."""
-    return common_batch(labelled_leaves({"args": tuple(args), "kwargs": dict(kwargs)}), dim, who)
-
-
 def split_args(args: tuple, kwargs: dict, dim: int, who: str) -> tuple[SplitArgs, int | None]:
     """Split (args, kwargs) and return it with the common batch size along `dim` (None: no arrays)."""
     args, kwargs = tuple(args), dict(kwargs)

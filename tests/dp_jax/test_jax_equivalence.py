@@ -13,9 +13,9 @@ import pytest
 from _helpers_jax import chunked_reference
 from _models_jax import make
 
+from dp_jax import MAPPED_STRATEGIES as MAPPED
 from dp_jax import STRATEGIES
 from dp_jax.data_parallel import DataParallel
-from dp_jax.strategies import MAPPED_STRATEGIES as MAPPED
 
 MODES = {  # model -> modes it supports
     "mlp": ("eval", "dropout"),

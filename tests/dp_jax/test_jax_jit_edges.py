@@ -14,7 +14,7 @@ from _helpers_jax import devices
 from _models_jax import make
 
 import dp_jax
-from dp_jax.strategies import MAPPED_STRATEGIES as MAPPED
+from dp_jax import MAPPED_STRATEGIES as MAPPED
 
 N = 4
 SEED = random.Random().randrange(10_000)  # fresh weights and inputs each session

@@ -4,6 +4,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
+from _chunks import torch_chunk_sizes
 from _helpers_jax import array_leaves, assert_committed_to, assert_trees_equal, devices
 from _models_jax import make
 
@@ -11,7 +12,7 @@ import dp_jax
 from dp_jax import DataParallel, ReplicaPlacement
 
 STRATEGIES = dp_jax.STRATEGIES
-MAPPED = dp_jax.strategies.MAPPED_STRATEGIES
+MAPPED = dp_jax.MAPPED_STRATEGIES
 # docs/strategies.md: pmap and sharded take a (replica, row) reshaped batch, shard_map the rows as they are
 MAPPED_LAYOUT_HAS_REPLICA_AXIS = {"pmap": 1, "sharded": 1, "shard_map": 0}
 
@@ -30,11 +31,12 @@ def rows_of(placed: ReplicaPlacement, i: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("batch,n", [(8, 4), (5, 4), (7, 3)])
+@pytest.mark.parametrize("batch,n", [(8, 4), (5, 4), (7, 3), (9, 4)])
 def test_every_leaf_of_replica_i_is_on_device_i(strategy, batch, n):
     model, variables, args, kwargs = call_args(batch, seed=batch + n)
     placed = DataParallel(model, devices(n), strategy=strategy).placed(variables, *args, **kwargs)
-    used = dp_jax.chunk_sizes(batch, n)
+    used = torch_chunk_sizes(batch, n)  # the tests' own torch chunking, not dp_jax's
+    assert list(placed.plan.chunk_sizes) == used
     assert placed.plan.devices == tuple(devices(len(used)))
     assert len(placed.variables_per_replica) == len(placed.inputs_per_replica) == len(used)
     for i, device in enumerate(placed.plan.devices):

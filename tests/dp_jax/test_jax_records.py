@@ -8,8 +8,8 @@ import jax
 import numpy as np
 import pytest
 
+from dp_jax import MAPPED_STRATEGIES as MAPPED
 from dp_jax.data_parallel import DataParallel
-from dp_jax.strategies import MAPPED_STRATEGIES as MAPPED
 from dp_jax.strategies import StrategyCall
 from dp_jax.strategies.mapped import _program
 from dp_jax.strategies.table import TABLE, Strategy

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dp_jax import MAPPED_STRATEGIES as MAPPED
 from dp_jax.data_parallel import DataParallel
-from dp_jax.strategies import MAPPED_STRATEGIES as MAPPED
 
 
 def _sum_per_replica(variables, x):

@@ -13,8 +13,8 @@ from _models_jax import make
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dp_jax import MAPPED_STRATEGIES as MAPPED
 from dp_jax.data_parallel import DataParallel
-from dp_jax.strategies import MAPPED_STRATEGIES as MAPPED
 from dp_jax.strategies import STRATEGIES, plan_shards, replica_keys
 
 # --- ShardPlan ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import dp_jax
-from dp_jax.strategies import MAPPED_STRATEGIES as MAPPED
+from dp_jax import MAPPED_STRATEGIES as MAPPED
 
 N = 4
 BATCHES = (8, 11, 5, 2)  # equal chunks; 3,3,3,2; 2,2,1 (3 replicas on 4 devices); 1,1

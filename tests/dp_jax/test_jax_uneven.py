@@ -17,8 +17,8 @@ from _models_jax import make
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dp_jax import MAPPED_STRATEGIES as MAPPED
 from dp_jax import STRATEGIES, DataParallel, data_parallel
-from dp_jax.strategies import MAPPED_STRATEGIES as MAPPED
 
 DEVICE_COUNTS = (1, 2, 3, 4, 8)
 FEATURES = (2, 3)  # each row's shape; the batch axis is inserted at `dim`

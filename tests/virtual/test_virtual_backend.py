@@ -336,13 +336,13 @@ def test_install_rejects_bad_arguments_naming_them(n, name, message):
 def test_missing_experimental_torch_api_gives_a_clear_error(monkeypatch):
     import torch.utils.backend_registration as registration
 
-    from dp_torch.virtual import setup
+    from dp_torch.virtual import backend, setup
 
     monkeypatch.delattr(registration, "_setup_privateuseone_for_python_backend")
     missing = "torch.utils.backend_registration._setup_privateuseone_for_python_backend"
     assert setup.missing_torch_apis() == [missing]
     with pytest.raises(RuntimeError, match=f"lacks the experimental APIs {missing}"):
-        virtual._check_torch_support()
+        backend.check_torch_support()
 
 
 def test_backward_leaves_the_threads_autograd_multithreading_flag_as_it_was():

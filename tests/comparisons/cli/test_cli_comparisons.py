@@ -6,7 +6,7 @@ import json
 import pytest
 from _helpers_harness import run_cli
 
-from comparisons.report import SCHEMA_VERSION
+from comparisons.verdicts import SCHEMA_VERSION
 
 
 def test_demo_prints_the_table_and_writes_a_self_contained_report(tmp_path):

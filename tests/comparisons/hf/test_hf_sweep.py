@@ -98,8 +98,8 @@ def test_the_record_covers_every_family_transformers_maps_with_every_strategy():
     assert (RECORD_DATA["batch_size"], RECORD_DATA["devices"]) == (5, 2)  # uneven: chunks 3 and 2
 
 
-# The whole sweep, a family per test, in the slow tier: CI's --slow-share runs an eighth of the families a day
-# (by a hash of the test id), so every family meets every strategy within eight days. 28 min for all 40.
+# The whole sweep, a family per test, in the slow tier: CI's --slow-share runs an eighth of the families per commit
+# (by a hash of the test id), and all of them when this file changes. 28 min for all 40.
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(RECORDED))
 def test_family_ends_as_recorded_with_every_strategy_on_an_uneven_batch(family):

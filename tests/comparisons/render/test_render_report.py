@@ -9,7 +9,7 @@ from _helpers_harness import small_report
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comparisons.report import SCHEMA_VERSION
+from comparisons.verdicts import SCHEMA_VERSION
 
 TOP_LEVEL = {"schema_version", "model", "batch_size", "devices", "chunk_sizes", "strategies", "steps",
              "optimizer", "dtype", "seed", "torch_devices", "tolerance", "ok", "checks", "placements", "notes",
