@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from dp_torch.virtual import tensor as _vt
+from dp_torch.virtual.moves import check_backward
 
 _REQUIRED_APIS = (
     "torch.utils.backend_registration._setup_privateuseone_for_python_backend",
@@ -73,9 +74,11 @@ class _OneThreadBackwardEngine:
     def __init__(self, engine):
         self._engine = engine
 
-    def run_backward(self, *args, **kwargs):
+    def run_backward(self, roots, *args, **kwargs):
+        # A graph built before a module moved fails inside a vdev node (an abort): raise it here.
+        check_backward(roots, kwargs.get("accumulate_grad", True))
         with torch.autograd.set_multithreading_enabled(False):
-            return self._engine.run_backward(*args, **kwargs)
+            return self._engine.run_backward(roots, *args, **kwargs)
 
     def __getattr__(self, attr):
         return getattr(self._engine, attr)
@@ -84,10 +87,12 @@ class _OneThreadBackwardEngine:
 def _refusing_live_graph_swaps(swap_tensors):
     """`torch.utils.swap_tensors`, refusing a vdev leaf that an autograd graph still reaches.
 
-    PyTorch lets such a swap through and poisons the leaf's AccumulateGrad node to raise at the
-    next backward. On vdev that raise aborts the process: a Python error inside a vdev backward
-    node meets PyTorch's Python device guard while the engine unwinds (std::terminate). Refused
-    here, it becomes Module._apply's "Couldn't swap" error at the move instead.
+    `module.to()` swaps only under `torch.__future__.set_swap_module_params_on_conversion(True)`
+    (vdev parameters otherwise move by `.data`, see moves.py). PyTorch lets such a swap through
+    and poisons the leaf's AccumulateGrad node to raise at the next backward. On vdev that raise
+    aborts the process: a Python error inside a vdev backward node meets PyTorch's Python device
+    guard while the engine unwinds (std::terminate). Refused here, it becomes Module._apply's
+    "Couldn't swap" error at the move instead.
     """
 
     def swap(t1, t2):
@@ -169,7 +174,7 @@ def register_backend(n: int, name: str) -> list:
     autocast_lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     # Checkpoints of vdev tensors load with torch.load's default weights_only=True.
     torch.serialization.add_safe_globals([_vt.VTensor, _vt._rebuild])
-    # Module._apply looks swap_tensors up at each call, so moves of vdev modules get this one.
+    # Module._apply looks swap_tensors up at each call (it swaps under the future flag only).
     torch.utils.swap_tensors = _refusing_live_graph_swaps(torch.utils.swap_tensors)
     torch.autograd.Variable._execution_engine = _OneThreadBackwardEngine(
         torch.autograd.Variable._execution_engine

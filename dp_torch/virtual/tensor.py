@@ -11,6 +11,7 @@ from collections import OrderedDict
 import torch
 
 from dp_torch.virtual.kernels import CPU_KERNELS
+from dp_torch.virtual.moves import note_move
 
 aten = torch.ops.aten
 
@@ -95,22 +96,16 @@ class VTensor(torch.Tensor):
         return torch._utils._rebuild_device_tensor_from_cpu_tensor, (
             self._data, self.dtype, str(self.device), self.requires_grad)
 
-    # Being a "traceable" wrapper makes Module.to/.double swap tensors in place, as CUDA keeps
-    # Parameter identity: tied weights stay tied and optimizers keep pointing at the params.
-    def __tensor_flatten__(self):
-        return ["_data"], self._index
-
-    @staticmethod
-    def __tensor_unflatten__(inner, index, outer_size, outer_stride):
-        return VTensor(inner["_data"], index)
-
     @property
     def data(self):
         return torch._C.TensorBase.data.__get__(self)
 
+    # No __tensor_flatten__: a traceable wrapper would make Module._apply swap tensors, which
+    # refuses a parameter a graph holds. This way `module.to()` sets `param.data`, as on CUDA.
     @data.setter
     def data(self, new: torch.Tensor) -> None:
         # `p.data = x` swaps the wrapper's metadata in C++; the CPU data must follow.
+        note_move(self, new)
         torch._C.TensorBase.data.__set__(self, new)
         self._data, self._index = new._data, new._index
 
