@@ -96,12 +96,21 @@ class VTensor(torch.Tensor):
         return torch._utils._rebuild_device_tensor_from_cpu_tensor, (
             self._data, self.dtype, str(self.device), self.requires_grad)
 
+    # Being a "traceable" wrapper makes Module.to/.double swap tensors in place, as CUDA keeps
+    # Parameter identity: tied weights stay tied and optimizers keep pointing at the params
+    # (a parameter an autograd graph holds moves by `.data` instead, see setup.py). Dynamo
+    # fakes traceable wrappers, so it meets untyped_storage's refusal.
+    def __tensor_flatten__(self):
+        return ["_data"], self._index
+
+    @staticmethod
+    def __tensor_unflatten__(inner, index, outer_size, outer_stride):
+        return VTensor(inner["_data"], index)
+
     @property
     def data(self):
         return torch._C.TensorBase.data.__get__(self)
 
-    # No __tensor_flatten__: a traceable wrapper would make Module._apply swap tensors, which
-    # refuses a parameter a graph holds. This way `module.to()` sets `param.data`, as on CUDA.
     @data.setter
     def data(self, new: torch.Tensor) -> None:
         # `p.data = x` swaps the wrapper's metadata in C++; the CPU data must follow.
