@@ -10,6 +10,7 @@ Each case runs in a fresh interpreter: before turn 3's hardening such a backward
 process (SIGABRT), which would end the whole test run.
 """
 import pytest
+import torch
 from _helpers_virtual import run_python
 
 _PRELUDE = """
@@ -132,3 +133,102 @@ def test_an_old_graph_that_only_reaches_the_accumulators_completes_as_on_cuda():
     """, timeout=120)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     assert result.stdout.splitlines() == ["completed, gradients on vdev:2"]
+
+
+# docs/divergences.md 26: under the swap future flag, stock PyTorch swaps a parameter (refusing
+# one the graph saved); vdev moves a vdev parameter that a graph holds by `.data`, as without it.
+_UNDER_SWAP_FLAG = """
+    import torch
+    from torch import nn
+    from dp_torch import virtual
+
+    virtual.install(4)
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    torch.manual_seed({seed})
+    model = nn.LayerNorm(5).to("{device}")
+    weight = model.weight
+    loss = model(torch.randn(2, 5, device="{device}")).sum()   # the graph saves the weight
+    try:
+        model.double()
+        assert model.weight is weight and weight.dtype == torch.float64
+        print("moved in place")
+    except RuntimeError as error:
+        assert "Couldn't swap LayerNorm.weight" in str(error), error
+        print("refused")
+"""
+
+
+@pytest.mark.parametrize("device, expected", [("cpu", "refused"), ("vdev:2", "moved in place")])
+def test_under_the_swap_flag_stock_refuses_a_saved_parameter_and_vdev_moves_it(device, expected):
+    result = run_python(_UNDER_SWAP_FLAG.format(seed=len(device), device=device), timeout=120)
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert result.stdout.splitlines() == [expected]
+
+
+# docs/divergences.md 27: the old graph's error comes before any node runs on vdev; CUDA's comes
+# midway, after the unmoved second layer's accumulators (reached first) added their gradients.
+_PARTIAL = """
+    import torch
+    from torch import nn
+    {install}
+    torch.manual_seed(11)
+    model = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3)).to("{kind}:1")
+    loss = model(torch.randn(6, 4, device="{kind}:1")).pow(2).sum()
+    loss.backward(retain_graph=True)
+    first = model[2].weight.grad.clone()
+    model[0].to("{kind}:0")                      # the first layer moves, with its gradients
+    try:
+        loss.backward()
+    except RuntimeError as error:
+        assert "{kind}:0" in str(error) and "{kind}:1" in str(error), error
+    print("second layer's gradient doubled:", torch.allclose(model[2].weight.grad, 2 * first))
+"""
+
+
+def test_the_old_graphs_error_comes_before_any_accumulator_runs_on_vdev():
+    result = run_python(_PARTIAL.format(install="from dp_torch import virtual; virtual.install(2)",
+                                        kind="vdev"), timeout=120)
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert result.stdout.splitlines() == ["second layer's gradient doubled: False"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="CUDA's side needs two GPUs")
+def test_the_old_graphs_error_comes_after_the_first_accumulators_on_cuda():
+    result = run_python(_PARTIAL.format(install="", kind="cuda"), timeout=120)
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert result.stdout.splitlines() == ["second layer's gradient doubled: True"]
+
+
+# docs/divergences.md 28: from the CPU, a parameter the graph saved cannot move to vdev (a CPU
+# tensor cannot take a vdev wrapper's data, so PyTorch swaps, and refuses); CUDA moves it by .data.
+_FROM_THE_CPU = """
+    import torch
+    from torch import nn
+    {install}
+    torch.manual_seed(2)
+    model = nn.LayerNorm(6)
+    weight = model.weight
+    loss = model(torch.randn(3, 6)).sum()              # the graph saves the CPU weight
+    try:
+        model.to("{target}")
+        assert model.weight is weight and weight.device.type == "{target}".split(":")[0]
+        print("moved in place")
+    except RuntimeError as error:
+        assert "Couldn't swap LayerNorm.weight" in str(error), error
+        print("refused")
+"""
+
+
+def test_a_cpu_parameter_the_graph_saved_is_refused_on_its_way_to_vdev():
+    result = run_python(_FROM_THE_CPU.format(install="from dp_torch import virtual; virtual.install(2)",
+                                             target="vdev:1"), timeout=120)
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert result.stdout.splitlines() == ["refused"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's side needs a GPU")
+def test_a_cpu_parameter_the_graph_saved_moves_to_cuda_in_place():
+    result = run_python(_FROM_THE_CPU.format(install="", target="cuda:0"), timeout=120)
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert result.stdout.splitlines() == ["moved in place"]
