@@ -345,3 +345,123 @@ def test_parallel_apply_passes_exception():
     with pytest.raises(KeyError, match=r"Caught KeyError in replica \d on device 0.\n"
                                        r"Original Traceback[\s\S]+wonderful"):
         dp.parallel_apply(modules=(module, module), inputs=(None, None))
+
+
+@pytest.mark.parametrize("dtype", [torch.float, torch.double, torch.half])
+@pytest.mark.parametrize("call", ["positional", "kwargs_only", "empty_list", "empty_dict", "empty_tuple"])
+def test_data_parallel_module(call, dtype):
+    """Upstream TestDataParallelDeviceType: `test_data_parallel_module` and its kwargs_only forms."""
+    torch.manual_seed(len(call))
+    linear = nn.Linear(10, 5).to(vdev(0), dtype)
+    inputs = torch.randn(20, 10, device=vdev(0), dtype=dtype)
+    expected = linear(inputs).detach()
+    unused = {"empty_list": [], "empty_dict": {}, "empty_tuple": ()}.get(call)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = linear
+
+        def forward(self, input):
+            return self.l(input if unused is None else input["data"])
+
+    net = nn.DataParallel(linear if call == "positional" else Net())
+    if call == "positional":
+        out = net(inputs)
+    else:
+        out = net(input=inputs if unused is None else {"data": inputs, "unused": unused})
+    assert out.device == vdev(0)
+    tolerance = {torch.float: 1e-5, torch.double: 1e-5, torch.half: 1e-2}[dtype]  # dtype2prec
+    torch.testing.assert_close(out.detach().cpu(), expected.cpu(), atol=tolerance, rtol=0)
+
+
+def test_data_parallel_model_no_refcycles():
+    import gc
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(1, 1)
+
+        def forward(self, x):
+            return self.linear(x)
+
+    gc.collect()
+    nn.DataParallel(Model().to(vdev(0)))(torch.randn(1, device=vdev(0)))
+    assert gc.collect() == 0
+
+
+def test_data_parallel_rnn():
+    """Upstream sizes (LSTM 300 -> 1024) cut to 12 -> 16: the same steps, CPU-sized."""
+    class TestModule(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.LSTM(12, 16, 1, batch_first=True, bidirectional=True)
+
+        def forward(self, x):
+            self.rnn.flatten_parameters()
+            return self.rnn(x)
+
+    def step(model):
+        optimizer = torch.optim.SGD(model.parameters(), lr=10)
+        output = model(torch.ones(4, 4, 12).to(vdev(0)))
+        nn.functional.mse_loss(output[0], torch.zeros_like(output[0])).backward()
+        optimizer.step()
+
+    with torch.no_grad():
+        model = TestModule().to(vdev(0))
+        model_dp = nn.DataParallel(copy_of(model))
+        model_dp(torch.rand(2, 4, 12).to(vdev(0)))  # no crash with grad disabled (gh-21108)
+    step(model)
+    step(model_dp)
+    for p1, p2 in zip(model.parameters(), model_dp.parameters()):
+        torch.testing.assert_close(p1.detach().cpu(), p2.detach().cpu())
+
+
+def copy_of(module: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(module)
+
+
+@pytest.mark.parametrize("container", ["list", "dict"])
+def test_parameter_list_dict_replica(container):
+    p1, p2 = nn.Parameter(torch.rand(10)), nn.Parameter(torch.rand(10))
+    keys = (0, 1) if container == "list" else ("0", "1")
+    checked = []
+
+    class MyMod(nn.Module):
+        def __init__(self, data):
+            super().__init__()
+            self.data = data
+
+        def forward(self, inp):
+            for key, param in zip(keys, (p1, p2)):
+                torch.testing.assert_close(self.data[key].detach().cpu(), param.detach().cpu())
+                assert self.data[key].requires_grad and self.data[key].grad_fn is not None
+            checked.append(inp.device)
+            return inp
+
+    data = nn.ParameterList([p1, p2]) if container == "list" else nn.ParameterDict({"0": p1, "1": p2})
+    nn.DataParallel(MyMod(data).to(vdev(0)))(torch.randn(8, 8, device=vdev(0)))
+    assert sorted(d.index for d in checked) == [0, 1, 2, 3]
+
+
+def test_data_parallel_complex():
+    """Complex parameters cross devices as real views (upstream needs NCCL; vdev's comm does not).
+
+    The upstream version read here expects the real view ([1, 10, 2]) back; torch 2.13's Broadcast
+    and Gather turn it back into a complex tensor (view_as_complex), as they do on CUDA.
+    """
+    class Cplx(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cplx = nn.Parameter(torch.zeros(1, 10, dtype=torch.cfloat).to(vdev(0)))
+
+        def forward(self, x):
+            return x + self.cplx
+
+    inputs = torch.rand(1, 10, dtype=torch.cfloat).to(vdev(0))
+    result = nn.DataParallel(Cplx().to(vdev(0)))(inputs)
+    assert result.shape == (1, 10) and result.dtype == torch.cfloat
+    torch.testing.assert_close(torch.view_as_real(result).cpu(), torch.view_as_real(inputs).cpu())
