@@ -8,7 +8,7 @@ See docs/virtual_devices.md for what is and is not emulated.
 
 Modules: `tensor` (the wrapper and its dispatch), `setup` (registration with torch),
 `comm` (stand-ins so stock `torch.nn.parallel` runs here), `kernels` (CPU versions of
-accelerator-only ops).
+accelerator-only ops), `moves` (modules moved while an autograd graph holds them).
 """
 from __future__ import annotations
 
