@@ -9,7 +9,7 @@ See docs/virtual_devices.md for what is and is not emulated.
 Modules: `backend` (install, devices, cpu_view: the process's one backend), `tensor` (the wrapper and
 its dispatch), `setup` (registration with torch),
 `comm` (stand-ins so stock `torch.nn.parallel` runs here), `kernels` (CPU versions of
-accelerator-only ops).
+accelerator-only ops), `moves` (modules moved while an autograd graph holds them).
 """
 from dp_torch.virtual.backend import cpu_view, devices, install, is_installed, shares_memory
 from dp_torch.virtual.comm import stock_comm

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from dp_torch.virtual import tensor as _vt
+from dp_torch.virtual.moves import check_backward
 
 _REQUIRED_APIS = (
     "torch.utils.backend_registration._setup_privateuseone_for_python_backend",
@@ -73,50 +74,43 @@ class _OneThreadBackwardEngine:
     def __init__(self, engine):
         self._engine = engine
 
-    def run_backward(self, *args, **kwargs):
+    def run_backward(self, roots, *args, **kwargs):
+        # A graph built before a module moved fails inside a vdev node (an abort): raise it here.
+        check_backward(roots, kwargs.get("accumulate_grad", True))
         with torch.autograd.set_multithreading_enabled(False):
-            return self._engine.run_backward(*args, **kwargs)
+            return self._engine.run_backward(roots, *args, **kwargs)
 
     def __getattr__(self, attr):
         return getattr(self._engine, attr)
 
 
-def _refusing_live_graph_swaps(swap_tensors):
-    """`torch.utils.swap_tensors`, refusing a vdev leaf that an autograd graph still reaches.
+def _moving_held_tensors_by_data(swap_tensors):
+    """`torch.utils.swap_tensors`, moving a vdev tensor that an autograd graph holds by `.data`.
 
-    PyTorch lets such a swap through and poisons the leaf's AccumulateGrad node to raise at the
-    next backward. On vdev that raise aborts the process: a Python error inside a vdev backward
-    node meets PyTorch's Python device guard while the engine unwinds (std::terminate). Refused
-    here, it becomes Module._apply's "Couldn't swap" error at the move instead.
+    Module._apply swaps every traceable tensor subclass, VTensor included. swap_tensors refuses
+    a tensor a graph saved, and poisons the AccumulateGrad node of one a graph reaches; on vdev
+    that poison's raise would abort the process (a Python error inside a vdev backward node meets
+    PyTorch's Python device guard, std::terminate). CUDA moves such a parameter by
+    `param.data = ...`: it keeps its identity and the old graph fails only where CUDA's kernels
+    meet two devices, which moves.py raises before the backward starts. This does the same.
     """
 
     def swap(t1, t2):
-        if isinstance(t1, _vt.VTensor) and _graph_holds(t1):
-            raise RuntimeError(
-                f"swap_tensors: a {t1.device} parameter of shape {tuple(t1.shape)} is still reached by an "
-                "autograd graph (through its AccumulateGrad node), so it cannot be swapped for its moved "
-                "copy on virtual devices. Drop the graph first (backward(), then del the loss or output "
-                "that holds it), move the module before its forward, or move a copy "
-                "(copy.deepcopy(module).to(...))"
-            )
+        if isinstance(t1, _vt.VTensor) and t1._use_count() > 1:  # a C++ owner: only a graph
+            if not isinstance(t2, _vt.VTensor):
+                raise RuntimeError(
+                    f"swap_tensors: a {t1.device} parameter of shape {tuple(t1.shape)} is still held by an "
+                    f"autograd graph, so it cannot be swapped for a {t2.device} tensor (module.to() under "
+                    "torch.__future__.set_swap_module_params_on_conversion(True)). Drop the graph first "
+                    "(backward(), then del the loss or output that holds it), or move a copy "
+                    "(copy.deepcopy(module).to(...))"
+                )
+            t1.data = t2
+            return None
         return swap_tensors(t1, t2)
 
     swap.__wrapped__ = swap_tensors
     return swap
-
-
-def _graph_holds(leaf: torch.Tensor) -> bool:
-    """Whether an AccumulateGrad node already exists for `leaf` (only a graph keeps one alive).
-
-    Mirrors swap_tensors' own test: a use count of 2 on a leaf is that node's reference; one
-    created just now by get_gradient_edge would make it 3.
-    """
-    if not (leaf.requires_grad and leaf.is_leaf) or leaf._use_count() != 2:
-        return False
-    edge = torch.autograd.graph.get_gradient_edge(leaf)  # holds the node while we count
-    node_existed = leaf._use_count() == 2
-    del edge
-    return node_existed
 
 
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -170,7 +164,7 @@ def register_backend(n: int, name: str) -> list:
     # Checkpoints of vdev tensors load with torch.load's default weights_only=True.
     torch.serialization.add_safe_globals([_vt.VTensor, _vt._rebuild])
     # Module._apply looks swap_tensors up at each call, so moves of vdev modules get this one.
-    torch.utils.swap_tensors = _refusing_live_graph_swaps(torch.utils.swap_tensors)
+    torch.utils.swap_tensors = _moving_held_tensors_by_data(torch.utils.swap_tensors)
     torch.autograd.Variable._execution_engine = _OneThreadBackwardEngine(
         torch.autograd.Variable._execution_engine
     )

@@ -11,6 +11,7 @@ from collections import OrderedDict
 import torch
 
 from dp_torch.virtual.kernels import CPU_KERNELS
+from dp_torch.virtual.moves import note_move
 
 aten = torch.ops.aten
 
@@ -96,7 +97,9 @@ class VTensor(torch.Tensor):
             self._data, self.dtype, str(self.device), self.requires_grad)
 
     # Being a "traceable" wrapper makes Module.to/.double swap tensors in place, as CUDA keeps
-    # Parameter identity: tied weights stay tied and optimizers keep pointing at the params.
+    # Parameter identity: tied weights stay tied and optimizers keep pointing at the params
+    # (a parameter an autograd graph holds moves by `.data` instead, see setup.py). Dynamo
+    # fakes traceable wrappers, so it meets untyped_storage's refusal.
     def __tensor_flatten__(self):
         return ["_data"], self._index
 
@@ -111,6 +114,7 @@ class VTensor(torch.Tensor):
     @data.setter
     def data(self, new: torch.Tensor) -> None:
         # `p.data = x` swaps the wrapper's metadata in C++; the CPU data must follow.
+        note_move(self, new)
         torch._C.TensorBase.data.__set__(self, new)
         self._data, self._index = new._data, new._index
 
