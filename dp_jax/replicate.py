@@ -13,11 +13,16 @@ from typing import Any
 
 import jax
 
+from dp_jax import nnx
 from dp_jax._devices import DeviceLike, is_array_leaf, is_concrete_array, resolve_devices
+from dp_jax._errors import UsageTypeError
 
 
 def replicate(variables: Any, devices: Sequence[DeviceLike]) -> list[Any]:
     """Copy `variables` to every device; returns one pytree per device, its arrays committed there.
+
+    An NNX module is replicated whole: one module per device, its state committed there, replica
+    i's RngKeys `fold_in(key, i)` (dp_jax/nnx.py). A linen Module holds no variables and is refused.
 
     Transfers each array (no compile). Replica 0 reuses the original arrays that are already
     committed to devices[0] (the same objects) and the buffers of uncommitted ones that live there;
@@ -25,6 +30,11 @@ def replicate(variables: Any, devices: Sequence[DeviceLike]) -> list[Any]:
     shared by reference.
     """
     devices = resolve_devices(devices)
+    if nnx.is_nnx_module(variables):
+        return nnx.replicate_module(variables, devices)
+    if nnx.is_linen_module(variables):
+        raise UsageTypeError(f"replicate got a linen Module ({type(variables).__name__}), which holds no arrays; "
+                             "pass its variables (module.init(...)), or an NNX module to get one module per device")
     first = _place_tree(variables, devices[0], fresh_copy=False)
     # The others copy replica 0, as torch broadcasts from device_ids[0]: every replica's gradient
     # then flows back through devices[0]. Copied from an uncommitted source (numpy variables under

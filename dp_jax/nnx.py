@@ -1,0 +1,406 @@
+"""Flax NNX in dp_jax: an `nnx.Module` through the same strategies as a linen apply function.
+
+An NNX module holds its own state, as a torch module does. dp_jax runs it functionally: split the
+module (graph mode, pinned: `graph=True`), hand the strategies a pure replica function that merges a
+copy on each replica and calls it, then write what replica 0 changed back into the caller's module.
+So every strategy, option and cache of dp_jax applies to NNX unchanged; nothing here is per strategy.
+
+The Variable types decide what happens (docs/strategies.md, "NNX: what is replicated and returned"):
+- every Variable (Param, BatchStat, RngCount, the user's own subclasses) and every array attribute
+  that `nnx.split` carries is replicated to every device;
+- `nnx.RngKey` goes through the rngs machinery: replica i draws from `fold_in(key, i)`, as linen's
+  `rngs=` does; the key itself is never changed, as a single-device call leaves it;
+- what a replica reassigns during the call (BatchStat in train mode, the RngCount that dropout
+  advances, a user counter) comes back as replica 0's, or the floating mean with sync_collections,
+  and is written into the module. In eval mode a replica changes nothing, so nothing is written.
+Flax is imported when a module is met, never at dp_jax's import (flax.nnx is not loaded by linen).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+from typing import Any, NamedTuple
+
+import jax
+
+from dp_jax._errors import UsageError, UsageTypeError
+
+GRAPH_MODE = True  # pinned: Flax's "tree mode" FLIP plans to flip the default of nnx.split/state
+
+
+def is_nnx_module(value: Any) -> bool:
+    """True for an `nnx.Module` (without importing flax.nnx: no module exists before it is loaded)."""
+    nnx = sys.modules.get("flax.nnx")
+    return nnx is not None and isinstance(value, nnx.Module)
+
+
+def is_nnx_sequence(value: Any) -> bool:
+    """True for a non-empty list or tuple of NNX modules, as `replicate(nnx_model, devices)` returns."""
+    return isinstance(value, (list, tuple)) and bool(value) and all(is_nnx_module(v) for v in value)
+
+
+def refuse_nnx(value: Any, where: str, fix: str) -> None:
+    """Raise a UsageTypeError when `value` is an NNX module passed where a linen Module or function goes."""
+    if is_nnx_module(value):
+        raise UsageTypeError(f"{where} got an NNX module ({type(value).__name__}), which holds its own state and "
+                             f"takes no variables argument; {fix}")
+
+
+# --- the split form of a module ----------------------------------------------------------------
+
+
+class SplitModule(NamedTuple):
+    """One module split for a call: its static half, its leaves by role, and where each leaf lives."""
+
+    replica_fn: NNXReplica
+    variables: tuple  # the leaves that are not RngKeys, in flattening order
+    keys: dict  # {slot: key} for every RngKey leaf
+    holders: list  # per leaf: the Variable holding it, or the attribute path of a plain array
+    paths: tuple[str, ...]
+    params: tuple[int, ...]  # the slots of nnx.Param leaves
+
+
+@dataclasses.dataclass(frozen=True)
+class NNXReplica:
+    """The replica function of one module structure: fn(variables, rngs, args, kwargs) -> (out, changed).
+
+    Hashable (graphdef and treedef are), so every strategy's compile cache hits for equal structures.
+    `changed` is {slot: value} for the leaves the call reassigned (judged by identity at trace time).
+    """
+
+    graphdef: Any
+    treedef: Any
+    key_slots: tuple[int, ...]
+
+    def leaves(self, variables: tuple, rngs: dict | None) -> list:
+        """All leaves in flattening order: the RngKeys from `rngs` (this replica's keys), the rest from variables."""
+        rest, keys = iter(variables), rngs or {}
+        return [keys[str(slot)] if slot in self.key_slots else next(rest) for slot in range(self.treedef.num_leaves)]
+
+    def merge(self, leaves: list) -> Any:
+        """A module of this structure holding `leaves`."""
+        from flax import nnx
+        return nnx.merge(self.graphdef, self.treedef.unflatten(leaves))
+
+    def __call__(self, variables: tuple, rngs: dict | None, args: tuple, kwargs: dict) -> tuple[Any, dict]:
+        leaves = self.leaves(variables, rngs)
+        model = self.merge(leaves)
+        output = model(*args, **kwargs)
+        return output, changed_leaves(model, self.treedef, leaves)
+
+
+def changed_leaves(model: Any, treedef: Any, before: list) -> dict[int, Any]:
+    """{slot: new value} for every leaf of `model` that is not the object it held before the call."""
+    from flax import nnx
+    after, after_def = jax.tree.flatten(nnx.state(model, graph=GRAPH_MODE))
+    if after_def != treedef:
+        raise UsageError(
+            f"DataParallel: the NNX module {type(model).__name__} added or removed state during the call (e.g. "
+            "sow() or a new Variable attribute); a replica's new state has no place in the caller's module. "
+            "Create every Variable in __init__")
+    return {slot: new for slot, (new, old) in enumerate(zip(after, before)) if new is not old}
+
+
+def split_module(model: Any, who: str) -> SplitModule:
+    """`model` split in graph mode, its leaves sorted by role; refuses arrays that splitting would drop."""
+    from flax import nnx
+    graphdef, state = nnx.split(model, graph=GRAPH_MODE)
+    check_static_arrays(model, graphdef, who)
+    leaves, treedef = jax.tree.flatten(state)
+    labelled, _ = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    holders = [holder for _, holder in labelled]
+    if len(holders) != len(leaves):  # a Variable with more than one array leaf: not in flax 0.12
+        raise UsageError(f"{who}: cannot map the state of {type(model).__name__} to its Variables one to one")
+    paths = tuple(".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path) for path, _ in labelled)
+    key_slots = tuple(s for s, h in enumerate(holders) if isinstance(h, nnx.RngKey))
+    variables = tuple(leaf for s, leaf in enumerate(leaves) if s not in key_slots)
+    replica = NNXReplica(graphdef, treedef, key_slots)
+    params = tuple(s for s, h in enumerate(holders) if isinstance(h, nnx.Param))
+    holders = [h if isinstance(h, nnx.Variable) else path for h, (path, _) in zip(holders, labelled)]
+    return SplitModule(replica, variables, {str(s): leaves[s] for s in key_slots}, holders, paths, params)
+
+
+def write_back(model: Any, split: SplitModule, changed: dict[int, Any]) -> None:
+    """Put each changed leaf into the Variable (or array attribute) of `model` that held it."""
+    for slot, value in changed.items():
+        holder = split.holders[slot]
+        if isinstance(holder, tuple):  # a plain array attribute: rebind it on its parent
+            parent = model
+            for key in holder[:-1]:
+                parent = getattr(parent, key.key) if hasattr(key, "key") else parent[key.idx]
+            setattr(parent, holder[-1].key, value)
+        else:
+            holder.set_value(value)
+
+
+# --- refusals ----------------------------------------------------------------------------------
+
+
+def check_static_arrays(model: Any, graphdef: Any, who: str) -> None:
+    """Refuse a jax.Array hidden in a static attribute (e.g. a frozen dataclass field): nnx.split keeps
+    it in the graphdef, so it would not be replicated but compiled in as a constant from its own device.
+    Searched once per graph structure (the walk costs a pass over the module's attributes)."""
+    try:
+        if graphdef in _CHECKED:
+            return
+    except TypeError:  # unhashable: a static attribute holds an array or another unhashable value
+        pass
+    found = _find_static_array(model)
+    if found is not None:
+        raise UsageTypeError(
+            f"{who}: the NNX module's attribute {found} is a jax.Array inside a static value, which nnx.split "
+            "does not carry as state: it would stay on its own device instead of being replicated. Hold it in an "
+            "nnx.Variable (e.g. nnx.Variable(array) or a subclass), or as a plain array attribute of the module")
+    try:
+        _CHECKED.add(graphdef)
+    except TypeError:
+        raise UsageTypeError(f"{who}: the NNX module {type(model).__name__} has a static attribute that is not "
+                             "hashable; dp_jax compiles the module's static half as a cache key") from None
+
+
+_CHECKED: set = set()
+
+
+def _find_static_array(model: Any) -> str | None:
+    """'model.a.b' of the first jax.Array inside a static (non-Variable, non-module) attribute, or None."""
+    from flax import nnx
+    for path, node in nnx.iter_graph(model, graph=GRAPH_MODE):
+        if not isinstance(node, nnx.Module):
+            continue
+        for name, value in vars(node).items():
+            if isinstance(value, (nnx.Variable, nnx.Module, jax.Array)) or name.startswith("_"):
+                continue
+            inner = _array_inside(value, depth=4)
+            if inner is not None:
+                return ".".join(["model", *map(str, path), name]) + inner
+    return None
+
+
+def _array_inside(value: Any, depth: int) -> str | None:
+    """'' if `value` is a jax.Array, else the suffix ('.field', '[0]') leading to one inside it, or None."""
+    if isinstance(value, jax.Array):
+        return ""
+    if depth == 0:
+        return None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = [(f".{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value)]
+    elif isinstance(value, (list, tuple)):
+        items = [(f"[{i}]", v) for i, v in enumerate(value)]
+    elif isinstance(value, dict):
+        items = [(f"[{k!r}]", v) for k, v in value.items()]
+    else:
+        return None
+    for label, inner in items:
+        found = _array_inside(inner, depth - 1)
+        if found is not None:
+            return label + found
+    return None
+
+
+def check_call_kwargs(model: Any, kwargs: dict) -> None:
+    """Refuse linen's apply arguments (mutable=, rngs= keys) given to an NNX module's call."""
+    for name in ("mutable", "rngs"):
+        if name in kwargs and not isinstance(kwargs[name], _nnx_rngs_type()):
+            mode = ("is in eval mode, so nothing in it changes; call model.train() first if its BatchStat should update"
+                    if not in_train_mode(model) else "is in train mode: its BatchStat and RNG counts update already")
+            raise UsageError(
+                f"DataParallel(nnx module)({name}=...): an NNX module takes no {name}= (that is linen's apply); "
+                f"it updates its own state in place, as a torch module does. {type(model).__name__} {mode}; "
+                "dropout draws from the module's nnx.Rngs. Call dp(x) without it")
+
+
+def _nnx_rngs_type() -> type:
+    from flax import nnx
+    return nnx.Rngs
+
+
+def in_train_mode(model: Any) -> bool:
+    """True when a sub-module has deterministic=False or use_running_average=False (model.train())."""
+    from flax import nnx
+    return any(getattr(m, "use_running_average", None) is False or getattr(m, "deterministic", None) is False
+               for _, m in nnx.iter_modules(model, graph=GRAPH_MODE))
+
+
+# --- DataParallel(nnx_module)(x) -----------------------------------------------------------------
+
+
+def forward(dp: Any, model: Any, args: tuple, kwargs: dict) -> Any:
+    """`dp(*args, **kwargs)` for an NNX module: one data-parallel call, the changed state written back.
+
+    Costs a walk of the module (split, once per call) besides the strategy's own transfers and compiles.
+    """
+    from dp_jax.strategies import run_strategy, traced
+
+    check_call_kwargs(model, kwargs)
+    split = split_module(model, "DataParallel")
+    # pad mode refuses rngs and updated state up front; an eval-mode module draws nothing and changes nothing
+    train = in_train_mode(model)
+    rngs = split.keys if split.keys and (train or dp.uneven == "exact") else None
+    variables = split.variables if rngs is not None else _with_keys(split)
+    replica_fn = split.replica_fn if rngs is not None else dataclasses.replace(split.replica_fn, key_slots=())
+    call = dp._call(replica_fn, variables, args, kwargs, rngs=rngs, updates_collections=train)
+    if traced.is_traced(variables, args, kwargs, rngs):
+        output, changed = traced.run(dp.record, call)
+    else:
+        result = run_strategy(dp.record, call)
+        dp.last_plan = result.plan
+        output, changed = result.output, result.collections
+    write_back(model, split, changed)
+    return output
+
+
+def _with_keys(split: SplitModule) -> tuple:
+    """Every leaf, the RngKeys included, in flattening order (keys then ride as plain replicated state)."""
+    return tuple(split.replica_fn.leaves(split.variables, split.keys))
+
+
+def with_module(dp: Any, model: Any) -> Any:
+    """A shallow copy of DataParallel `dp` running `model` (the traced copy inside a compiled step)."""
+    twin = copy.copy(dp)
+    twin.module = model
+    return twin
+
+
+# --- DataParallel(nnx_module).train_step(tx, loss_fn) --------------------------------------------
+
+
+class NNXTrainStep:
+    """`step(*batch) -> loss`: one compiled data-parallel training step of an NNX module, in place.
+
+    The update equals `nnx.Optimizer(model, tx, wrt=nnx.Param).update(model, grads)` on one device:
+    `loss_fn(dp, *batch)` calls `dp(x)` (a DataParallel of the traced module, same options), the
+    gradients of the module's nnx.Param leaves are summed over replicas, and `tx` updates them. The
+    module's params and changed state (BatchStat, RNG counts) are written back after each step and
+    `opt_state` is kept here. One `jax.jit` program per (module structure, batch shapes): the module is
+    split and merged functionally (graph mode) around it, never through nnx.jit. Its state is donated
+    and replaced by the step's outputs, so the module holds the new arrays.
+    """
+
+    def __init__(self, dp: Any, tx: Any, loss_fn: Any, placement: Any, return_grads: bool = False):
+        from dp_jax import training
+
+        training.check_transformation(tx)
+        self.dp, self.tx, self.loss_fn, self.placement = dp, tx, loss_fn, placement
+        self.return_grads = return_grads
+        split = split_module(dp.module, "DataParallel.train_step")
+        self.opt_state = tx.init(_by_path(split, split.params, split.replica_fn.leaves(split.variables, split.keys)))
+        self._steps: dict[Any, Any] = {}
+
+    def __call__(self, *batch: Any) -> Any:
+        split = split_module(self.dp.module, "DataParallel.train_step")
+        leaves = split.replica_fn.leaves(split.variables, split.keys)
+        state_slots = _state_slots(split)
+        step = self._steps.get(split.replica_fn)
+        if step is None:
+            step = self._steps[split.replica_fn] = self._compile(split, state_slots)
+        keys = {slot: jax.random.key_data(key) for slot, key in split.keys.items()}
+        collections = {"state": _by_path(split, state_slots, leaves), "keys": keys}
+        params, self.opt_state, collections, loss, *grads = step(
+            _by_path(split, split.params, leaves), self.opt_state, collections, *batch)
+        changed = {slot: params[split.paths[slot]] for slot in split.params}
+        changed |= {slot: collections["state"][split.paths[slot]] for slot in state_slots}
+        changed |= {int(slot): jax.random.wrap_key_data(data, impl=jax.random.key_impl(split.keys[slot]))
+                    for slot, data in collections["keys"].items()}
+        write_back(self.dp.module, split, changed)
+        return (loss, grads[0]) if self.return_grads else loss
+
+    def _compile(self, split: SplitModule, state_slots: tuple[int, ...]) -> Any:
+        """The CompiledStep of this module structure: dp_jax's linen train step around a split/merge loss."""
+        from dp_jax import training
+
+        replica, paths, dp, loss_fn = split.replica_fn, split.paths, self.dp, self.loss_fn
+        impls = {slot: jax.random.key_impl(key) for slot, key in split.keys.items()}
+
+        def loss_of(variables: dict, *batch: Any) -> tuple[Any, dict]:
+            leaves = [None] * replica.treedef.num_leaves
+            for slot in split.params:
+                leaves[slot] = variables["params"][paths[slot]]
+            for slot in state_slots:
+                leaves[slot] = variables["state"][paths[slot]]
+            for slot, data in variables["keys"].items():
+                leaves[int(slot)] = jax.random.wrap_key_data(data, impl=impls[slot])
+            model = replica.merge(leaves)
+            loss = loss_fn(with_module(dp, model), *batch)
+            after = {**leaves_after(model, replica.treedef)}
+            return loss, {"state": {paths[slot]: after[slot] for slot in state_slots}}
+
+        return training.train_step(self.tx, loss_of, self.placement, has_aux=True, return_grads=self.return_grads)
+
+    def compiles(self) -> int:
+        """Programs compiled so far by this step's calls (one per module structure and batch shapes)."""
+        return sum(step.compiles() for step in self._steps.values())
+
+
+def leaves_after(model: Any, treedef: Any) -> dict[int, Any]:
+    """{slot: leaf} of `model`'s state now, refusing a changed structure (see changed_leaves)."""
+    before = [object()] * treedef.num_leaves  # nothing is identical to a fresh sentinel: every leaf comes back
+    return changed_leaves(model, treedef, before)
+
+
+def _state_slots(split: SplitModule) -> tuple[int, ...]:
+    """The slots that are neither nnx.Param nor RngKey: BatchStat, RNG counts, user Variables, plain arrays."""
+    return tuple(s for s in range(len(split.holders)) if s not in split.params and str(s) not in split.keys)
+
+
+def _by_path(split: SplitModule, slots: tuple[int, ...], leaves: list) -> dict[str, Any]:
+    return {split.paths[slot]: leaves[slot] for slot in slots}
+
+
+# --- the four steps: replicate and parallel_apply for NNX modules -------------------------------
+
+
+def is_linen_module(value: Any) -> bool:
+    """True for a linen Module (the class, not its variables)."""
+    linen = sys.modules.get("flax.linen")
+    return linen is not None and isinstance(value, linen.Module)
+
+
+def replicate_module(model: Any, devices: list) -> list:
+    """One NNX module per device, every Variable (and carried array) of every sub-module committed there.
+
+    Replica i's RngKeys are `fold_in(key, i)` (DataParallel's rule); replica 0's arrays alias the original's
+    buffers when they live on devices[0] (as `replicate` of variables), but its Variables are new objects.
+    """
+    from dp_jax.replicate import replicate
+    from dp_jax.strategies.call import replica_keys
+
+    split = split_module(model, "replicate")
+    replica = dataclasses.replace(split.replica_fn, key_slots=())
+    per_device = replicate(split.variables, devices)
+    keys = replica_keys(split.keys, len(devices)) or {}
+    modules = []
+    for i, (variables, device) in enumerate(zip(per_device, devices)):
+        own_keys = {slot: jax.device_put(stacked[i], device) for slot, stacked in keys.items()}
+        modules.append(replica.merge(split.replica_fn.leaves(variables, own_keys)))
+    return modules
+
+
+@dataclasses.dataclass(frozen=True)
+class _ModuleApply:
+    """parallel_apply's apply_fn for NNX replicas: (all leaves, *args, **kwargs) -> (out, changed)."""
+
+    replica_fn: NNXReplica
+
+    def __call__(self, leaves: tuple, *args: Any, **kwargs: Any) -> tuple[Any, dict]:
+        return self.replica_fn(leaves, None, args, kwargs)
+
+
+def parallel_apply_modules(modules: list, inputs: Any, kwargs_tup: Any, devices: Any) -> list:
+    """[modules[i](*inputs[i], **kwargs_tup[i]) on device i]; each replica's changed state written into it.
+
+    One compiled program per (structure, shapes, device), as for an apply function.
+    """
+    from dp_jax.parallel_apply import parallel_apply
+
+    splits = [split_module(m, "parallel_apply") for m in modules]
+    replica = dataclasses.replace(splits[0].replica_fn, key_slots=())
+    for i, split in enumerate(splits[1:], start=1):
+        if dataclasses.replace(split.replica_fn, key_slots=()) != replica:
+            raise UsageError(f"parallel_apply: replicas[{i}] is not structured as replicas[0]; pass the modules "
+                             "dp_jax.replicate(model, devices) returns")
+    all_leaves = [tuple(s.replica_fn.leaves(s.variables, s.keys)) for s in splits]
+    results = parallel_apply(_ModuleApply(replica), all_leaves, inputs, kwargs_tup, devices)
+    for module, split, (_, changed) in zip(modules, splits, results):
+        write_back(module, split, changed)
+    return [output for output, _ in results]
