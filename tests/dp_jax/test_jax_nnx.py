@@ -349,3 +349,48 @@ def test_mutable_argument_refused_naming_the_mode(train):
     model.train() if train else model.eval()
     with pytest.raises(UsageError, match="eval mode.*model.train" if not train else "train mode"):
         DataParallel(model, devices(2))(batch_of(0, 4), mutable=["batch_stats"])
+
+
+# --- divergences from torch (docs/divergences.md, NNX), both sides shown ------------------------------
+
+
+def test_plain_array_attribute_is_replicated_where_torch_shares_it():
+    import torch
+
+    import dp_torch
+
+    torch_model = torch.nn.Linear(3, 2)
+    torch_model.scale = torch.full((2,), 2.0)  # neither parameter nor buffer
+    torch_replicas = dp_torch.replicate(torch_model, ["cpu"] * 3)
+    assert all(r.scale is torch_model.scale for r in torch_replicas)  # torch: every replica shares the original
+
+    class Scaled(nnx.Module):
+        def __init__(self):
+            self.layer = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+            self.scale = jax.device_put(jnp.full((2,), 2.0), jax.devices()[0])
+
+    model = Scaled()
+    replicas = dp_jax.replicate(model, devices(3))
+    assert replicas[0].scale is model.scale
+    assert [r.scale.devices() for r in replicas[1:]] == [{d} for d in devices(3)[1:]]  # NNX: copied
+
+
+def test_replica_zero_batch_stats_reach_the_module_in_torch_but_not_in_nnx_replicate():
+    import torch
+
+    import dp_torch
+
+    x = batch_of(7, 6)
+    torch_model = torch.nn.BatchNorm1d(3)
+    replicas = dp_torch.replicate(torch_model, ["cpu"] * 2)
+    dp_torch.parallel_apply(replicas, dp_torch.scatter(torch.from_numpy(x), ["cpu"] * 2))
+    assert not torch.allclose(torch_model.running_mean, torch.zeros(3))  # torch: replica 0 aliases the buffers
+
+    model = nnx.BatchNorm(3, rngs=nnx.Rngs(0))
+    model.train()
+    nnx_replicas = dp_jax.replicate(model, devices(2))
+    dp_jax.parallel_apply(nnx_replicas, dp_jax.scatter(x, devices(2)))
+    assert np.allclose(np.asarray(model.mean[...]), 0.0)  # NNX: the replica's Variables are its own
+    assert not np.allclose(np.asarray(nnx_replicas[0].mean[...]), 0.0)
+    DataParallel(model, devices(2))(x)  # DataParallel writes replica 0's back, as torch's replica 0 does in place
+    np.testing.assert_allclose(np.asarray(model.mean[...]), np.asarray(nnx_replicas[0].mean[...]), rtol=1e-6)
