@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import jax
 
+from dp_jax._caches import module_cache
 from dp_jax._errors import UsageError, UsageTypeError
 
 GRAPH_MODE = True  # pinned: Flax's "tree mode" FLIP plans to flip the default of nnx.split/state
@@ -61,7 +62,7 @@ class SplitModule(NamedTuple):
     params: tuple[int, ...]  # the slots of nnx.Param leaves
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=True)
 class NNXReplica:
     """The replica function of one module structure: fn(variables, rngs, args, kwargs) -> (out, changed).
 
@@ -72,6 +73,18 @@ class NNXReplica:
     graphdef: Any
     treedef: Any
     key_slots: tuple[int, ...]
+    _hash: int = dataclasses.field(default=0, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # hashing a GraphDef walks all of it: once per split, not once per lookup
+        object.__setattr__(self, "_hash", hash((self.graphdef, self.treedef, self.key_slots)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def without_keys(self) -> NNXReplica:
+        """The same structure taking its RngKeys as plain state (no per-replica fold)."""
+        return NNXReplica(self.graphdef, self.treedef, ())
 
     def leaves(self, variables: tuple, rngs: dict | None) -> list:
         """All leaves in flattening order: the RngKeys from `rngs` (this replica's keys), the rest from variables."""
@@ -106,7 +119,6 @@ def split_module(model: Any, who: str) -> SplitModule:
     """`model` split in graph mode, its leaves sorted by role; refuses arrays that splitting would drop."""
     from flax import nnx
     graphdef, state = nnx.split(model, graph=GRAPH_MODE)
-    check_static_arrays(model, graphdef, who)
     leaves, treedef = jax.tree.flatten(state)
     labelled, _ = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
     holders = [holder for _, holder in labelled]
@@ -115,7 +127,7 @@ def split_module(model: Any, who: str) -> SplitModule:
     paths = tuple(".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path) for path, _ in labelled)
     key_slots = tuple(s for s, h in enumerate(holders) if isinstance(h, nnx.RngKey))
     variables = tuple(leaf for s, leaf in enumerate(leaves) if s not in key_slots)
-    replica = NNXReplica(graphdef, treedef, key_slots)
+    replica = check_static_arrays(model, graphdef, treedef, key_slots, who)
     params = tuple(s for s, h in enumerate(holders) if isinstance(h, nnx.Param))
     holders = [h if isinstance(h, nnx.Variable) else path for h, (path, _) in zip(holders, labelled)]
     return SplitModule(replica, variables, {str(s): leaves[s] for s in key_slots}, holders, paths, params)
@@ -137,29 +149,36 @@ def write_back(model: Any, split: SplitModule, changed: dict[int, Any]) -> None:
 # --- refusals ----------------------------------------------------------------------------------
 
 
-def check_static_arrays(model: Any, graphdef: Any, who: str) -> None:
-    """Refuse a jax.Array hidden in a static attribute (e.g. a frozen dataclass field): nnx.split keeps
-    it in the graphdef, so it would not be replicated but compiled in as a constant from its own device.
-    Searched once per graph structure (the walk costs a pass over the module's attributes)."""
+def check_static_arrays(model: Any, graphdef: Any, treedef: Any, key_slots: tuple[int, ...], who: str) -> NNXReplica:
+    """The replica function of this structure, after refusing a jax.Array hidden in a static attribute (e.g. a
+    frozen dataclass field): nnx.split keeps it in the graphdef, so it would not be replicated but compiled in
+    as a constant from its own device. Searched once per structure (a pass over the module's attributes); a
+    known structure returns the object first seen, so later cache lookups hit by identity, not a GraphDef walk.
+    """
     try:
-        if graphdef in _CHECKED:
-            return
+        replica = NNXReplica(graphdef, treedef, key_slots)
+        known = _known_structure(replica)
     except TypeError:  # unhashable: a static attribute holds an array or another unhashable value
-        pass
+        replica = known = None
+    if known is not None and known is not replica:
+        return known
     found = _find_static_array(model)
     if found is not None:
+        _known_structure.cache_clear()  # rare: forget the refused structure, so the next call is refused too
         raise UsageTypeError(
             f"{who}: the NNX module's attribute {found} is a jax.Array inside a static value, which nnx.split "
             "does not carry as state: it would stay on its own device instead of being replicated. Hold it in an "
             "nnx.Variable (e.g. nnx.Variable(array) or a subclass), or as a plain array attribute of the module")
-    try:
-        _CHECKED.add(graphdef)
-    except TypeError:
+    if replica is None:
         raise UsageTypeError(f"{who}: the NNX module {type(model).__name__} has a static attribute that is not "
-                             "hashable; dp_jax compiles the module's static half as a cache key") from None
+                             "hashable; dp_jax compiles the module's static half as a cache key")
+    return replica
 
 
-_CHECKED: set = set()
+@module_cache(maxsize=256)
+def _known_structure(replica: NNXReplica) -> NNXReplica:
+    """The first NNXReplica seen equal to `replica` (its structure checked)."""
+    return replica
 
 
 def _find_static_array(model: Any) -> str | None:
@@ -238,7 +257,7 @@ def forward(dp: Any, model: Any, args: tuple, kwargs: dict) -> Any:
     train = in_train_mode(model)
     rngs = split.keys if split.keys and (train or dp.uneven == "exact") else None
     variables = split.variables if rngs is not None else _with_keys(split)
-    replica_fn = split.replica_fn if rngs is not None else dataclasses.replace(split.replica_fn, key_slots=())
+    replica_fn = split.replica_fn if rngs is not None else split.replica_fn.without_keys()
     call = dp._call(replica_fn, variables, args, kwargs, rngs=rngs, updates_collections=train)
     if traced.is_traced(variables, args, kwargs, rngs):
         output, changed = traced.run(dp.record, call)
@@ -366,7 +385,7 @@ def replicate_module(model: Any, devices: list) -> list:
     from dp_jax.strategies.call import replica_keys
 
     split = split_module(model, "replicate")
-    replica = dataclasses.replace(split.replica_fn, key_slots=())
+    replica = split.replica_fn.without_keys()
     per_device = replicate(split.variables, devices)
     keys = replica_keys(split.keys, len(devices)) or {}
     modules = []
@@ -394,9 +413,9 @@ def parallel_apply_modules(modules: list, inputs: Any, kwargs_tup: Any, devices:
     from dp_jax.parallel_apply import parallel_apply
 
     splits = [split_module(m, "parallel_apply") for m in modules]
-    replica = dataclasses.replace(splits[0].replica_fn, key_slots=())
+    replica = splits[0].replica_fn.without_keys()
     for i, split in enumerate(splits[1:], start=1):
-        if dataclasses.replace(split.replica_fn, key_slots=()) != replica:
+        if split.replica_fn.without_keys() != replica:
             raise UsageError(f"parallel_apply: replicas[{i}] is not structured as replicas[0]; pass the modules "
                              "dp_jax.replicate(model, devices) returns")
     all_leaves = [tuple(s.replica_fn.leaves(s.variables, s.keys)) for s in splits]
