@@ -153,8 +153,16 @@ class DataParallel:
         return_grads: the step also returns the gradients of params it updated with (summed over replicas,
         replicated, not donated), after the loss: for logging a gradient norm, or checking the step,
         without compiling a second `value_and_grad` program. Costs one more output buffer per parameter.
+
+        NNX module: `step = dp.train_step(tx, loss_fn)` with `loss_fn(dp, *batch)` calling `dp(x)`; then
+        `loss = step(*batch)` (or `(loss, grads)`) updates the module in place, as
+        `nnx.Optimizer(model, tx, wrt=nnx.Param).update(model, grads)` would; `step.opt_state` holds
+        the optimizer state (dp_jax/nnx.py, NNXTrainStep).
         """
         if self.module is not None:
+            if has_aux:
+                raise UsageError("DataParallel(nnx module).train_step: has_aux is linen's (loss, collections); an "
+                                 "NNX module updates its own state, so loss_fn returns the loss only")
             return nnx_support.NNXTrainStep(self, tx, loss_fn, self._step_placement("train_step"), return_grads)
         return training.train_step(tx, loss_fn, self._step_placement("train_step"), has_aux, return_grads)
 

@@ -60,6 +60,7 @@ class SplitModule(NamedTuple):
     holders: list  # per leaf: the Variable holding it, or the attribute path of a plain array
     paths: tuple[str, ...]
     params: tuple[int, ...]  # the slots of nnx.Param leaves
+    state_slots: tuple[int, ...]  # the slots that are neither Param nor RngKey (BatchStat, counts, arrays)
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -116,21 +117,47 @@ def changed_leaves(model: Any, treedef: Any, before: list) -> dict[int, Any]:
 
 
 def split_module(model: Any, who: str) -> SplitModule:
-    """`model` split in graph mode, its leaves sorted by role; refuses arrays that splitting would drop."""
+    """`model` split in graph mode, its leaves sorted by role; refuses arrays that splitting would drop.
+
+    Costs nnx.split's walk of the module, two flattens of its state and one GraphDef hash and compare;
+    what depends on the structure alone (paths, roles) is computed once per structure.
+    """
     from flax import nnx
     graphdef, state = nnx.split(model, graph=GRAPH_MODE)
     leaves, treedef = jax.tree.flatten(state)
-    labelled, _ = jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
-    holders = [holder for _, holder in labelled]
+    holders = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
     if len(holders) != len(leaves):  # a Variable with more than one array leaf: not in flax 0.12
         raise UsageError(f"{who}: cannot map the state of {type(model).__name__} to its Variables one to one")
+    layout = _layout(treedef)
+    variables = tuple(leaf for s, leaf in enumerate(leaves) if s not in layout.key_slots)
+    replica = check_static_arrays(model, graphdef, treedef, layout.key_slots, who)
+    for slot, path in layout.plain:  # a plain array attribute: written back by its path
+        holders[slot] = path
+    keys = {str(s): leaves[s] for s in layout.key_slots}
+    return SplitModule(replica, variables, keys, holders, layout.paths, layout.params, layout.state)
+
+
+class _Layout(NamedTuple):
+    paths: tuple[str, ...]
+    key_slots: tuple[int, ...]
+    params: tuple[int, ...]
+    plain: tuple[tuple[int, tuple], ...]  # (slot, key path) of every plain array attribute
+    state: tuple[int, ...]  # neither Param nor RngKey
+
+
+@module_cache(maxsize=256)
+def _layout(treedef: Any) -> _Layout:
+    """Paths and roles of a state structure's leaves (read from a stand-in state of slot numbers)."""
+    from flax import nnx
+    stand_in = treedef.unflatten(list(range(treedef.num_leaves)))
+    labelled, _ = jax.tree_util.tree_flatten_with_path(stand_in, is_leaf=lambda x: isinstance(x, nnx.Variable))
     paths = tuple(".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path) for path, _ in labelled)
-    key_slots = tuple(s for s, h in enumerate(holders) if isinstance(h, nnx.RngKey))
-    variables = tuple(leaf for s, leaf in enumerate(leaves) if s not in key_slots)
-    replica = check_static_arrays(model, graphdef, treedef, key_slots, who)
-    params = tuple(s for s, h in enumerate(holders) if isinstance(h, nnx.Param))
-    holders = [h if isinstance(h, nnx.Variable) else path for h, (path, _) in zip(holders, labelled)]
-    return SplitModule(replica, variables, {str(s): leaves[s] for s in key_slots}, holders, paths, params)
+    roles = [type(holder) for _, holder in labelled]
+    keys = tuple(s for s, role in enumerate(roles) if issubclass(role, nnx.RngKey))
+    params = tuple(s for s, role in enumerate(roles) if issubclass(role, nnx.Param))
+    plain = tuple((s, path) for s, ((path, _), role) in enumerate(zip(labelled, roles))
+                  if not issubclass(role, nnx.Variable))
+    return _Layout(paths, keys, params, plain, tuple(s for s in range(len(roles)) if s not in keys + params))
 
 
 def write_back(model: Any, split: SplitModule, changed: dict[int, Any]) -> None:
@@ -309,7 +336,7 @@ class NNXTrainStep:
     def __call__(self, *batch: Any) -> Any:
         split = split_module(self.dp.module, "DataParallel.train_step")
         leaves = split.replica_fn.leaves(split.variables, split.keys)
-        state_slots = _state_slots(split)
+        state_slots = split.state_slots
         step = self._steps.get(split.replica_fn)
         if step is None:
             step = self._steps[split.replica_fn] = self._compile(split, state_slots)
@@ -355,11 +382,6 @@ def leaves_after(model: Any, treedef: Any) -> dict[int, Any]:
     """{slot: leaf} of `model`'s state now, refusing a changed structure (see changed_leaves)."""
     before = [object()] * treedef.num_leaves  # nothing is identical to a fresh sentinel: every leaf comes back
     return changed_leaves(model, treedef, before)
-
-
-def _state_slots(split: SplitModule) -> tuple[int, ...]:
-    """The slots that are neither nnx.Param nor RngKey: BatchStat, RNG counts, user Variables, plain arrays."""
-    return tuple(s for s in range(len(split.holders)) if s not in split.params and str(s) not in split.keys)
 
 
 def _by_path(split: SplitModule, slots: tuple[int, ...], leaves: list) -> dict[str, Any]:

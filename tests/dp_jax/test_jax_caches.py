@@ -78,7 +78,7 @@ def test_every_module_cache_of_dp_jax_is_registered():
         if uses:
             bare[str(path.relative_to(PACKAGE))] = uses
     assert bare == {}, f"use dp_jax._caches.module_cache, not functools.lru_cache, so clear_caches sees it: {bare}"
-    assert registered == len(REGISTRY) == 8
+    assert registered == len(REGISTRY) == 9
     assert "clear_caches" in dp_jax.__all__
 
 
