@@ -23,6 +23,7 @@ from dp_jax._batch import check_batch_size, check_dim
 from dp_jax._caches import module_cache
 from dp_jax._devices import device_label, resolve_device, resolve_devices
 from dp_jax._errors import UsageError, UsageTypeError
+from dp_jax.nnx_training import NNXTrainStep
 from dp_jax.strategies import (
     MAPPED_STRATEGIES,
     REPLICA_AXIS,
@@ -112,8 +113,31 @@ class DataParallel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """NNX: `dp(*inputs, **kwargs)` as torch's, the model's changed state written back; otherwise `apply`."""
         if self.module is not None:
-            return nnx_support.forward(self, self.module, args, kwargs)
+            return self._call_module(args, kwargs)
         return self.apply(*args, **kwargs)
+
+    def _call_module(self, args: tuple, kwargs: dict) -> Any:
+        """`dp(*args, **kwargs)` for an NNX module: one data-parallel call, the changed state written back.
+
+        Costs a walk of the module (nnx.split, once per call) besides the strategy's own transfers and compiles.
+        """
+        model = self.module
+        nnx_support.check_call_kwargs(model, kwargs)
+        split = nnx_support.split_module(model, "DataParallel")
+        # pad mode refuses rngs and updated state up front; an eval-mode module draws nothing and changes nothing
+        train = nnx_support.in_train_mode(model)
+        rngs = split.keys if split.keys and (train or self.uneven == "exact") else None
+        variables = split.variables if rngs is not None else nnx_support.all_leaves(split)
+        replica_fn = split.replica_fn if rngs is not None else split.replica_fn.without_keys()
+        call = self._call(replica_fn, variables, args, kwargs, rngs=rngs, updates_collections=train)
+        if traced.is_traced(variables, args, kwargs, rngs):
+            output, changed = traced.run(self.record, call)
+        else:
+            result = run_strategy(self.record, call)
+            self.last_plan = result.plan
+            output, changed = result.output, result.collections
+        nnx_support.write_back(model, split, changed)
+        return output
 
     def _refuse_nnx(self, method: str, fix: str) -> None:
         if self.module is not None:
@@ -163,7 +187,7 @@ class DataParallel:
             if has_aux:
                 raise UsageError("DataParallel(nnx module).train_step: has_aux is linen's (loss, collections); an "
                                  "NNX module updates its own state, so loss_fn returns the loss only")
-            return nnx_support.NNXTrainStep(self, tx, loss_fn, self._step_placement("train_step"), return_grads)
+            return NNXTrainStep(self, tx, loss_fn, self._step_placement("train_step"), return_grads)
         return training.train_step(tx, loss_fn, self._step_placement("train_step"), has_aux, return_grads)
 
     def _step_placement(self, method: str) -> training.Placement:

@@ -14,6 +14,9 @@ The Variable types decide what happens (docs/strategies.md, "NNX: what is replic
   advances, a user counter) comes back as replica 0's, or the floating mean with sync_collections,
   and is written into the module. In eval mode a replica changes nothing, so nothing is written.
 Flax is imported when a module is met, never at dp_jax's import (flax.nnx is not loaded by linen).
+This module is the core (it imports nothing of dp_jax's pipeline): DataParallel's call is in
+data_parallel.py, the train step in nnx_training.py, replicate and parallel_apply of modules beside
+linen's in replicate.py and parallel_apply.py.
 """
 from __future__ import annotations
 
@@ -268,35 +271,7 @@ def in_train_mode(model: Any) -> bool:
                for _, m in nnx.iter_modules(model, graph=GRAPH_MODE))
 
 
-# --- DataParallel(nnx_module)(x) -----------------------------------------------------------------
-
-
-def forward(dp: Any, model: Any, args: tuple, kwargs: dict) -> Any:
-    """`dp(*args, **kwargs)` for an NNX module: one data-parallel call, the changed state written back.
-
-    Costs a walk of the module (split, once per call) besides the strategy's own transfers and compiles.
-    """
-    from dp_jax.strategies import run_strategy, traced
-
-    check_call_kwargs(model, kwargs)
-    split = split_module(model, "DataParallel")
-    # pad mode refuses rngs and updated state up front; an eval-mode module draws nothing and changes nothing
-    train = in_train_mode(model)
-    rngs = split.keys if split.keys and (train or dp.uneven == "exact") else None
-    variables = split.variables if rngs is not None else _with_keys(split)
-    replica_fn = split.replica_fn if rngs is not None else split.replica_fn.without_keys()
-    call = dp._call(replica_fn, variables, args, kwargs, rngs=rngs, updates_collections=train)
-    if traced.is_traced(variables, args, kwargs, rngs):
-        output, changed = traced.run(dp.record, call)
-    else:
-        result = run_strategy(dp.record, call)
-        dp.last_plan = result.plan
-        output, changed = result.output, result.collections
-    write_back(model, split, changed)
-    return output
-
-
-def _with_keys(split: SplitModule) -> tuple:
+def all_leaves(split: SplitModule) -> tuple:
     """Every leaf, the RngKeys included, in flattening order (keys then ride as plain replicated state)."""
     return tuple(split.replica_fn.leaves(split.variables, split.keys))
 
@@ -308,87 +283,16 @@ def with_module(dp: Any, model: Any) -> Any:
     return twin
 
 
-# --- DataParallel(nnx_module).train_step(tx, loss_fn) --------------------------------------------
-
-
-class NNXTrainStep:
-    """`step(*batch) -> loss`: one compiled data-parallel training step of an NNX module, in place.
-
-    The update equals `nnx.Optimizer(model, tx, wrt=nnx.Param).update(model, grads)` on one device:
-    `loss_fn(dp, *batch)` calls `dp(x)` (a DataParallel of the traced module, same options), the
-    gradients of the module's nnx.Param leaves are summed over replicas, and `tx` updates them. The
-    module's params and changed state (BatchStat, RNG counts) are written back after each step and
-    `opt_state` is kept here. One `jax.jit` program per (module structure, batch shapes): the module is
-    split and merged functionally (graph mode) around it, never through nnx.jit. Its state is donated
-    and replaced by the step's outputs, so the module holds the new arrays.
-    """
-
-    def __init__(self, dp: Any, tx: Any, loss_fn: Any, placement: Any, return_grads: bool = False):
-        from dp_jax import training
-
-        training.check_transformation(tx)
-        self.dp, self.tx, self.loss_fn, self.placement = dp, tx, loss_fn, placement
-        self.return_grads = return_grads
-        split = split_module(dp.module, "DataParallel.train_step")
-        self.opt_state = tx.init(_by_path(split, split.params, split.replica_fn.leaves(split.variables, split.keys)))
-        self._steps: dict[Any, Any] = {}
-
-    def __call__(self, *batch: Any) -> Any:
-        split = split_module(self.dp.module, "DataParallel.train_step")
-        leaves = split.replica_fn.leaves(split.variables, split.keys)
-        state_slots = split.state_slots
-        step = self._steps.get(split.replica_fn)
-        if step is None:
-            step = self._steps[split.replica_fn] = self._compile(split, state_slots)
-        keys = {slot: jax.random.key_data(key) for slot, key in split.keys.items()}
-        collections = {"state": _by_path(split, state_slots, leaves), "keys": keys}
-        params, self.opt_state, collections, loss, *grads = step(
-            _by_path(split, split.params, leaves), self.opt_state, collections, *batch)
-        changed = {slot: params[split.paths[slot]] for slot in split.params}
-        changed |= {slot: collections["state"][split.paths[slot]] for slot in state_slots}
-        changed |= {int(slot): jax.random.wrap_key_data(data, impl=jax.random.key_impl(split.keys[slot]))
-                    for slot, data in collections["keys"].items()}
-        write_back(self.dp.module, split, changed)
-        return (loss, grads[0]) if self.return_grads else loss
-
-    def _compile(self, split: SplitModule, state_slots: tuple[int, ...]) -> Any:
-        """The CompiledStep of this module structure: dp_jax's linen train step around a split/merge loss."""
-        from dp_jax import training
-
-        replica, paths, dp, loss_fn = split.replica_fn, split.paths, self.dp, self.loss_fn
-        impls = {slot: jax.random.key_impl(key) for slot, key in split.keys.items()}
-
-        def loss_of(variables: dict, *batch: Any) -> tuple[Any, dict]:
-            leaves = [None] * replica.treedef.num_leaves
-            for slot in split.params:
-                leaves[slot] = variables["params"][paths[slot]]
-            for slot in state_slots:
-                leaves[slot] = variables["state"][paths[slot]]
-            for slot, data in variables["keys"].items():
-                leaves[int(slot)] = jax.random.wrap_key_data(data, impl=impls[slot])
-            model = replica.merge(leaves)
-            loss = loss_fn(with_module(dp, model), *batch)
-            after = {**leaves_after(model, replica.treedef)}
-            return loss, {"state": {paths[slot]: after[slot] for slot in state_slots}}
-
-        return training.train_step(self.tx, loss_of, self.placement, has_aux=True, return_grads=self.return_grads)
-
-    def compiles(self) -> int:
-        """Programs compiled so far by this step's calls (one per module structure and batch shapes)."""
-        return sum(step.compiles() for step in self._steps.values())
-
-
 def leaves_after(model: Any, treedef: Any) -> dict[int, Any]:
     """{slot: leaf} of `model`'s state now, refusing a changed structure (see changed_leaves)."""
     before = [object()] * treedef.num_leaves  # nothing is identical to a fresh sentinel: every leaf comes back
     return changed_leaves(model, treedef, before)
 
 
-def _by_path(split: SplitModule, slots: tuple[int, ...], leaves: list) -> dict[str, Any]:
+def by_path(split: SplitModule, slots: tuple[int, ...], leaves: list) -> dict[str, Any]:
     return {split.paths[slot]: leaves[slot] for slot in slots}
 
 
-# --- the four steps: replicate and parallel_apply for NNX modules -------------------------------
 
 
 def is_linen_module(value: Any) -> bool:
@@ -397,51 +301,11 @@ def is_linen_module(value: Any) -> bool:
     return linen is not None and isinstance(value, linen.Module)
 
 
-def replicate_module(model: Any, devices: list) -> list:
-    """One NNX module per device, every Variable (and carried array) of every sub-module committed there.
-
-    Replica i's RngKeys are `fold_in(key, i)` (DataParallel's rule); replica 0's arrays alias the original's
-    buffers when they live on devices[0] (as `replicate` of variables), but its Variables are new objects.
-    """
-    from dp_jax.replicate import replicate
-    from dp_jax.strategies.call import replica_keys
-
-    split = split_module(model, "replicate")
-    replica = split.replica_fn.without_keys()
-    per_device = replicate(split.variables, devices)
-    keys = replica_keys(split.keys, len(devices)) or {}
-    modules = []
-    for i, (variables, device) in enumerate(zip(per_device, devices)):
-        own_keys = {slot: jax.device_put(stacked[i], device) for slot, stacked in keys.items()}
-        modules.append(replica.merge(split.replica_fn.leaves(variables, own_keys)))
-    return modules
-
-
 @dataclasses.dataclass(frozen=True)
-class _ModuleApply:
+class ModuleApply:
     """parallel_apply's apply_fn for NNX replicas: (all leaves, *args, **kwargs) -> (out, changed)."""
 
     replica_fn: NNXReplica
 
     def __call__(self, leaves: tuple, *args: Any, **kwargs: Any) -> tuple[Any, dict]:
         return self.replica_fn(leaves, None, args, kwargs)
-
-
-def parallel_apply_modules(modules: list, inputs: Any, kwargs_tup: Any, devices: Any) -> list:
-    """[modules[i](*inputs[i], **kwargs_tup[i]) on device i]; each replica's changed state written into it.
-
-    One compiled program per (structure, shapes, device), as for an apply function.
-    """
-    from dp_jax.parallel_apply import parallel_apply
-
-    splits = [split_module(m, "parallel_apply") for m in modules]
-    replica = splits[0].replica_fn.without_keys()
-    for i, split in enumerate(splits[1:], start=1):
-        if split.replica_fn.without_keys() != replica:
-            raise UsageError(f"parallel_apply: replicas[{i}] is not structured as replicas[0]; pass the modules "
-                             "dp_jax.replicate(model, devices) returns")
-    all_leaves = [tuple(s.replica_fn.leaves(s.variables, s.keys)) for s in splits]
-    results = parallel_apply(_ModuleApply(replica), all_leaves, inputs, kwargs_tup, devices)
-    for module, split, (_, changed) in zip(modules, splits, results):
-        write_back(module, split, changed)
-    return [output for output, _ in results]

@@ -41,7 +41,7 @@ def parallel_apply(
     if nnx.is_nnx_sequence(apply_fn):
         if kwargs_tup is not None and devices is not None:
             raise UsageTypeError("parallel_apply(modules, inputs, kwargs_tup, devices): devices given twice")
-        return nnx.parallel_apply_modules(list(apply_fn), replicas, inputs, devices if devices is not None
+        return _parallel_apply_modules(list(apply_fn), replicas, inputs, devices if devices is not None
                                           else kwargs_tup)
     _refuse_modules(apply_fn)
     if inputs is None:
@@ -68,6 +68,24 @@ def parallel_apply(
         except Exception as error:
             raise _located(error, i, device) from error
     return outputs
+
+
+def _parallel_apply_modules(modules: list, inputs: Any, kwargs_tup: Any, devices: Any) -> list:
+    """[modules[i](*inputs[i], **kwargs_tup[i]) on device i]; each replica's changed state written into it.
+
+    One compiled program per (structure, shapes, device), as for an apply function.
+    """
+    splits = [nnx.split_module(m, "parallel_apply") for m in modules]
+    replica = splits[0].replica_fn.without_keys()
+    for i, split in enumerate(splits[1:], start=1):
+        if split.replica_fn.without_keys() != replica:
+            raise UsageError(f"parallel_apply: replicas[{i}] is not structured as replicas[0]; pass the modules "
+                             "dp_jax.replicate(model, devices) returns")
+    all_leaves = [tuple(s.replica_fn.leaves(s.variables, s.keys)) for s in splits]
+    results = parallel_apply(nnx.ModuleApply(replica), all_leaves, inputs, kwargs_tup, devices)
+    for module, split, (_, changed) in zip(modules, splits, results):
+        nnx.write_back(module, split, changed)
+    return [output for output, _ in results]
 
 
 def _refuse_modules(apply_fn: Any) -> None:

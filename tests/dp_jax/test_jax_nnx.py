@@ -5,6 +5,7 @@ The NNX model is checked against references computed apart from dp_jax: the same
 chunk by chunk, and a linen twin holding the same weights run by linen's path."""
 import ast
 import inspect
+from pathlib import Path
 
 import flax.linen as nn
 import jax
@@ -273,12 +274,17 @@ def test_graph_mode_is_pinned_and_tree_mode_default_changes_nothing():
         out = DataParallel(model, devices(3), strategy="pmap")(x)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
     np.testing.assert_array_equal(np.asarray(model.norm.var[...]), np.asarray(twin.norm.var[...]))
-    source = inspect.getsource(dp_nnx)
-    assert "StateSharding" not in source and "StateAxes" not in source
-    for call in ast.walk(ast.parse(source)):
-        if isinstance(call, ast.Call) and getattr(call.func, "attr", "") in {"split", "state", "iter_graph",
-                                                                             "iter_modules", "graphdef"}:
-            assert any(k.arg == "graph" for k in call.keywords), ast.unparse(call)
+    pinned = 0
+    for path in sorted(Path(inspect.getfile(dp_nnx)).parent.rglob("*.py")):  # every module of dp_jax
+        source = path.read_text()
+        assert "StateSharding" not in source and "StateAxes" not in source, path
+        for call in ast.walk(ast.parse(source)):
+            func = call.func if isinstance(call, ast.Call) else None
+            if isinstance(func, ast.Attribute) and getattr(func.value, "id", "") == "nnx" and func.attr in {
+                    "split", "state", "iter_graph", "iter_modules", "graphdef", "pure", "clone"}:
+                assert any(k.arg == "graph" for k in call.keywords), f"{path.name}: {ast.unparse(call)}"
+                pinned += 1
+    assert pinned >= 4  # the walk found dp_jax's splits
 
 
 # --- refusals -------------------------------------------------------------------------------------------
