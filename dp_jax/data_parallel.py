@@ -249,7 +249,8 @@ def data_parallel(
     positional order up to `dim` (with `variables` after the function); the rest by keyword.
     """
     nnx_support.refuse_nnx(apply_fn, "data_parallel(apply_fn=...)",
-                           "call DataParallel(model, device_ids, ...)(*inputs) instead, as torch's module form")
+                           "a function takes a variables argument: call DataParallel(model, device_ids, ...)"
+                           "(*inputs), as torch's module form")
     inputs = () if inputs is None else inputs if isinstance(inputs, tuple) else (inputs,)
     wrapper = DataParallel(apply_fn, device_ids, output_device, dim, strategy, uneven=uneven)
     return wrapper.apply(variables, *inputs, **(module_kwargs or {}))

@@ -47,8 +47,7 @@ def is_nnx_sequence(value: Any) -> bool:
 def refuse_nnx(value: Any, where: str, fix: str) -> None:
     """Raise a UsageTypeError when `value` is an NNX module passed where a linen Module or function goes."""
     if is_nnx_module(value):
-        raise UsageTypeError(f"{where} got an NNX module ({type(value).__name__}), which holds its own state and "
-                             f"takes no variables argument; {fix}")
+        raise UsageTypeError(f"{where} got an NNX module ({type(value).__name__}), which holds its own state; {fix}")
 
 
 # --- the split form of a module ----------------------------------------------------------------

@@ -90,8 +90,8 @@ def _parallel_apply_modules(modules: list, inputs: Any, kwargs_tup: Any, devices
 
 def _refuse_modules(apply_fn: Any) -> None:
     """A single NNX module, or linen Modules, where apply_fn goes: name the form that works."""
-    nnx.refuse_nnx(apply_fn, "parallel_apply(apply_fn=...)", "pass the list dp_jax.replicate(model, devices) "
-                   "returns, as torch's parallel_apply(replicas, inputs)")
+    nnx.refuse_nnx(apply_fn, "parallel_apply(apply_fn=...)", "one module is not a list of replicas: pass the list "
+                   "dp_jax.replicate(model, devices) returns, as torch's parallel_apply(replicas, inputs)")
     linen = [v for v in (apply_fn if isinstance(apply_fn, (list, tuple)) else [apply_fn]) if nnx.is_linen_module(v)]
     if linen:
         raise UsageTypeError(f"parallel_apply got a linen Module ({type(linen[0]).__name__}) as apply_fn; linen "

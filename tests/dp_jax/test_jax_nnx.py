@@ -298,12 +298,13 @@ def test_data_parallel_of_nnx_model_is_data_parallel():
     assert dp.last_plan.chunk_sizes == (2, 2, 2, 2)
 
 
-@pytest.mark.parametrize("call", ["data_parallel", "parallel_apply", "apply"])
+@pytest.mark.parametrize("call", ["data_parallel", "parallel_apply", "apply", "scatter"])
 def test_nnx_model_refused_where_a_function_goes(call):
     model, x = Net(1), batch_of(1, 4)
     runs = {"data_parallel": lambda: dp_jax.data_parallel(model, {}, x, devices(2)),
             "parallel_apply": lambda: dp_jax.parallel_apply(model, [x], [x]),
-            "apply": lambda: DataParallel(model, devices(2)).apply({}, x)}
+            "apply": lambda: DataParallel(model, devices(2)).apply({}, x),
+            "scatter": lambda: dp_jax.scatter(model, devices(2))}
     with pytest.raises(TypeError, match=r"NNX module \(Net\).*(DataParallel\(model|replicate|dp\(x\))"):
         runs[call]()
 
