@@ -89,6 +89,22 @@ def test_nnx_equals_its_linen_twin_and_takes_torch_chunks(strategy, batch, n, se
     np.testing.assert_allclose(np.asarray(model.norm.mean[...]), np.asarray(linen_mean), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("strategy", MAPPED)
+@settings(max_examples=3, deadline=None)
+@given(batch=st.integers(1, 11), n=st.sampled_from(DEVICE_COUNTS), seed=st.integers(0, 2**16))
+def test_mapped_strategies_equal_explicit_exactly_on_uneven_batches(strategy, batch, n, seed):
+    results = {}
+    for name in ("explicit", strategy):
+        model = Net(seed, dropout=0.5)
+        model.train()
+        results[name] = (np.asarray(DataParallel(model, devices(n), strategy=name)(batch_of(seed, batch))),
+                         np.asarray(model.norm.var[...]))
+    check = np.testing.assert_array_equal if strategy != "sharded" else (  # vmap's batched matmul may round apart
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7))
+    for got, want in zip(results[strategy], results["explicit"]):
+        check(got, want)
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @settings(max_examples=3, deadline=None)
 @given(batch=st.integers(2, 11), seed=st.integers(0, 2**16))
