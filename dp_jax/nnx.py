@@ -86,8 +86,15 @@ class NNXReplica:
         return self._hash
 
     def without_keys(self) -> NNXReplica:
-        """The same structure taking its RngKeys as plain state (no per-replica fold)."""
-        return NNXReplica(self.graphdef, self.treedef, ())
+        """The same structure taking its RngKeys as plain state (no per-replica fold); made once per object,
+        so the canonical replica's keyless twin is canonical too (its cache lookups hit by identity)."""
+        if not self.key_slots:
+            return self
+        keyless = self.__dict__.get("_keyless")
+        if keyless is None:
+            keyless = NNXReplica(self.graphdef, self.treedef, ())
+            object.__setattr__(self, "_keyless", keyless)
+        return keyless
 
     def leaves(self, variables: tuple, rngs: dict | None) -> list:
         """All leaves in flattening order: the RngKeys from `rngs` (this replica's keys), the rest from variables."""

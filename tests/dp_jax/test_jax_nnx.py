@@ -192,8 +192,10 @@ def test_nnx_grad_equals_single_device(strategy, batch, n, seed):
 
     grads = nnx.grad(loss)(model, x, y)
     want = nnx.grad(lambda m, x, y: jnp.mean((m(x) - y) ** 2))(model, x, y)
-    for got, expected in zip(jax.tree.leaves(grads), jax.tree.leaves(want)):
+    params = jax.tree.leaves(nnx.state(model, nnx.Param))
+    for got, expected, param in zip(jax.tree.leaves(grads), jax.tree.leaves(want), params, strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-4, atol=1e-6)
+        assert got.devices() == param.devices()  # the gradient lands where its parameter lives
 
 
 @pytest.mark.parametrize("strategy", MAPPED)
