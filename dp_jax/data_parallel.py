@@ -125,7 +125,7 @@ class DataParallel:
         nnx_support.check_call_kwargs(model, kwargs)
         split = nnx_support.split_module(model, "DataParallel")
         # pad mode refuses rngs and updated state up front; an eval-mode module draws nothing and changes nothing
-        train = nnx_support.in_train_mode(model)
+        train = nnx_support.train_mode_of(model, split.replica_fn)
         rngs = split.keys if split.keys and (train or self.uneven == "exact") else None
         variables = split.variables if rngs is not None else nnx_support.all_leaves(split)
         replica_fn = split.replica_fn if rngs is not None else split.replica_fn.without_keys()

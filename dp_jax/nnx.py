@@ -270,6 +270,16 @@ def _nnx_rngs_type() -> type:
     return nnx.Rngs
 
 
+def train_mode_of(model: Any, replica: NNXReplica) -> bool:
+    """in_train_mode(model), read once per structure: the mode flags are static attributes, part of the
+    GraphDef that `replica` (the canonical one split_module returns) is keyed on."""
+    mode = replica.__dict__.get("_train")
+    if mode is None:
+        mode = in_train_mode(model)
+        object.__setattr__(replica, "_train", mode)
+    return mode
+
+
 def in_train_mode(model: Any) -> bool:
     """True when a sub-module has deterministic=False or use_running_average=False (model.train())."""
     from flax import nnx

@@ -124,8 +124,12 @@ def test_eval_mode_changes_nothing_in_the_model(strategy):
     model = Net(3)
     model.eval()
     before = state_leaves(model)
-    DataParallel(model, devices(4), strategy=strategy)(batch_of(3, 7))
+    dp = DataParallel(model, devices(4), strategy=strategy)
+    dp(batch_of(3, 7))
     assert all(a is b for a, b in zip(state_leaves(model), before))
+    model.train()  # the same module and wrapper, switched: now replica 0's statistics come back
+    dp(batch_of(3, 7))
+    assert not np.allclose(np.asarray(model.norm.mean[...]), 0.0)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
