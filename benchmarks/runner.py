@@ -18,6 +18,7 @@ MODULES = {
     "jax_strategies": "benchmarks.jax_strategies",
     "torch_stock": "benchmarks.torch_stock",
     "train_step": "benchmarks.train_step",
+    "nnx_train_step": "benchmarks.nnx_step",
     "breakdown": "benchmarks.breakdown",
     "replication": "benchmarks.replication",
     "harness": "benchmarks.harness_cost",

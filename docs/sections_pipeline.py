@@ -51,6 +51,9 @@ print(json.dumps({"placement": placement_of(replicas, devices=devices, original=
 _TWINS = {"fc.weight": "params.fc.kernel", "fc.bias": "params.fc.bias", "bn.weight": "params.bn.scale",
           "bn.bias": "params.bn.bias", "bn.running_mean": "batch_stats.bn.mean",
           "bn.running_var": "batch_stats.bn.var", "bn.num_batches_tracked": None}
+# ... and the NNX Variable (or plain array attribute) of the NNX twin.
+_NNX_TWINS = {"fc.weight": "fc.kernel", "fc.bias": "fc.bias", "bn.weight": "bn.scale", "bn.bias": "bn.bias",
+              "bn.running_mean": "bn.mean", "bn.running_var": "bn.var", "bn.num_batches_tracked": None}
 
 
 def _where(records) -> dict[str, list]:
@@ -62,26 +65,61 @@ def _where(records) -> dict[str, list]:
 
 
 def _cell(*places) -> str:
-    """'`vdev:1` · `cpu:1`', plus ', the original' when every framework's replica holds the original."""
+    """'`vdev:1` · `cpu:1` · `cpu:1`' (torch · linen · NNX), plus ', the original' when every framework's replica
+    holds the original."""
     shared = {aliases for _, aliases in places}
     if len(shared) != 1:
         raise AssertionError(f"torch and JAX alias differently: {places}")
     return " · ".join(f"`{device}`" for device, _ in places) + (", the original" if shared.pop() else "")
 
 
-def _placement_rows(torch_map, jax_map, plain) -> list[list[str]]:
+def _placement_rows(torch_map, jax_map, plain, nnx_cells) -> list[list[str]]:
     torch_cells, jax_cells = _where(torch_map), _where(jax_map)
     roles = {r.path: r.role for r in torch_map}
     if set(_TWINS) != set(torch_cells) or {t for t in _TWINS.values() if t} != set(jax_cells):
         raise AssertionError(f"unpaired tensors: torch {sorted(torch_cells)}, JAX {sorted(jax_cells)}")
     rows = []
     for path, twin in _TWINS.items():
-        places = zip(torch_cells[path], jax_cells[twin]) if twin else ((t,) for t in torch_cells[path])
+        nnx_twin = _NNX_TWINS[path]
+        places = (zip(torch_cells[path], jax_cells[twin], nnx_cells[nnx_twin]) if twin
+                  else ((t,) for t in torch_cells[path]))
         rows.append([path.split(".")[0], roles[path], f"`{path}`", f"`{twin}`" if twin else "— (none, see below)",
-                     *(_cell(*p) for p in places)])
-    rows.append(["(the model)", "plain attribute", "`scale`", "— (not a variable)",
-                 *(f"`{device}`" + (", the original" if same else "") for device, same in plain)])
+                     f"`{nnx_twin}`" if nnx_twin else "—", *(_cell(*p) for p in places)])
+    rows.append(["(the model)", "plain attribute", "`scale`", "— (not a variable)", "`scale` (carried by nnx.split)",
+                 *(f"`{device}`" + (", the original" if same else "") + f" · NNX `{nnx_device}`"
+                   + (", the original" if nnx_same else "")
+                   for (device, same), (nnx_device, nnx_same) in zip(plain, nnx_cells["scale"]))])
     return rows
+
+
+def _nnx_placement(devices) -> dict[str, list]:
+    """{NNX path: [(device, is the original's array) per replica]} for the NNX twin, plain attribute included."""
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    import dp_jax
+
+    class Net(nnx.Module):
+        def __init__(self):
+            self.fc = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+            self.bn = nnx.BatchNorm(2, rngs=nnx.Rngs(0))
+            self.scale = np.full((2,), 2.0, np.float32)  # a plain attribute: no Variable
+
+    model = Net()
+    nnx.update(model, jax.device_put(nnx.state(model, graph=True), devices[0]))
+
+    def leaves(module):
+        flat = nnx.to_flat_state(nnx.state(module, graph=True))
+        return {".".join(map(str, path)): getattr(v, "get_value", lambda v=v: v)() for path, v in flat}
+
+    original = leaves(model)
+    cells: dict[str, list] = {}
+    for replica in dp_jax.replicate(model, devices):
+        for path, leaf in leaves(replica).items():
+            device = next(iter(leaf.devices()))
+            cells.setdefault(path, []).append((f"{device.platform}:{device.id}", leaf is original[path]))
+    return cells
 
 
 @generator("placement")
@@ -107,8 +145,9 @@ def placement_table() -> str:
     variables = jax.device_put(Net().init(jax.random.key(0), np.ones((4, 3), np.float32)), devices[0])
     replicas = dp_jax.replicate(variables, devices)
     jax_map = placement_of(replicas, devices=devices, original=variables, per_replica=True)
-    header = ["layer", "role", "torch tensor", "JAX tensor", "replica 0", "replica 1", "replica 2"]
-    return table(header, _placement_rows(torch_map, jax_map, torch_side["plain"]))
+    header = ["layer", "role", "torch tensor", "JAX (linen) tensor", "NNX Variable", "replica 0", "replica 1",
+              "replica 2"]
+    return table(header, _placement_rows(torch_map, jax_map, torch_side["plain"], _nnx_placement(devices)))
 
 
 # --- scatter.md, uneven_batches.md: chunk sizes ---------------------------------------------------

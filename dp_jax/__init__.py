@@ -4,7 +4,8 @@ Devices are `jax.Device`s or indices into `jax.devices()`; every array a step re
 to its device. Chunk sizes, padding and gather rules follow torch (docs/divergences.md (section dp_jax) lists
 where we refuse instead of reproducing a torch bug). `DataParallel`/`data_parallel` run the four
 steps per device ("explicit") or as one sharded program (see `STRATEGIES`; `MAPPED_STRATEGIES` are those
-that run as one program, inside jit). `clear_caches()` empties
+that run as one program, inside jit), for a linen Module, an apply function, or a Flax NNX module called as
+torch's `dp(x)` (dp_jax/nnx.py). `clear_caches()` empties
 dp_jax's module caches (the next calls recompile). A refusal of user input is a `UsageError` (a
 ValueError; `UsageTypeError` is also a TypeError).
 """

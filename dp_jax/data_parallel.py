@@ -1,14 +1,12 @@
-"""DataParallel for Flax: torch's nn.DataParallel for a linen Module or any apply function.
+"""DataParallel for Flax: torch's nn.DataParallel for an NNX Module, a linen Module or any apply function.
 
 The JAX twin of dp_torch/data_parallel.py. One call scatters the inputs in torch-sized chunks,
 runs one replica per device with the chosen strategy, and gathers the outputs on output_device.
 State follows torch: the updated collections (BatchNorm batch_stats) are replica 0's, i.e.
 computed from chunk 0 only, unless `sync_collections=True` asks for their mean over replicas.
 
-An NNX module goes through its functional form:
-    graphdef, state = nnx.split(model)
-    def apply_fn(state, x): return nnx.merge(graphdef, state)(x)
-    DataParallel(apply_fn).apply(state, x)
+An NNX module is called as torch's: `DataParallel(model, ...)(x)`; the state a replica changes
+(replica 0's BatchStat in train mode, its RNG counts) is written back into `model` (dp_jax/nnx.py).
 """
 from __future__ import annotations
 
@@ -19,11 +17,13 @@ from typing import Any
 import flax.linen as nn
 import jax
 
+from dp_jax import nnx as nnx_support
 from dp_jax import training
 from dp_jax._batch import check_batch_size, check_dim
 from dp_jax._caches import module_cache
 from dp_jax._devices import device_label, resolve_device, resolve_devices
 from dp_jax._errors import UsageError, UsageTypeError
+from dp_jax.nnx_training import NNXTrainStep
 from dp_jax.strategies import (
     MAPPED_STRATEGIES,
     REPLICA_AXIS,
@@ -45,7 +45,8 @@ class DataParallel:
     """Run a Flax model data-parallel over `device_ids` (default: all of jax.devices()).
 
     Args:
-      module_or_apply_fn: a linen Module (its `apply` is used) or any `fn(variables, *args, **kwargs)`;
+      module_or_apply_fn: an NNX Module (called as `dp(*args)`, its changed state written back), a
+        linen Module (its `apply` is used) or any `fn(variables, *args, **kwargs)`; for the last two
         `mutable=` and `rngs=` are passed to it only when given, as flax's Module.apply takes them.
       device_ids: jax.Devices or indices into jax.devices(); 'explicit' allows repeats.
       output_device: where the output is gathered (default device_ids[0]; "cpu" allowed). With a
@@ -74,7 +75,8 @@ class DataParallel:
         output_device: Any = None, dim: int = 0, strategy: str = "explicit", *,
         sync_collections: bool = False, axis_name: str | None = None, uneven: str = "exact",
     ):
-        self.apply_fn = _apply_fn_of(module_or_apply_fn)
+        self.module = module_or_apply_fn if nnx_support.is_nnx_module(module_or_apply_fn) else None
+        self.apply_fn = None if self.module is not None else _apply_fn_of(module_or_apply_fn)
         dim = check_dim(dim, "DataParallel")
         self.device_ids = tuple(resolve_devices(jax.devices() if device_ids is None else device_ids, "device_ids"))
         self.output_device = (self.device_ids[0] if output_device is None
@@ -94,6 +96,7 @@ class DataParallel:
         Inside jax.jit (mapped strategies) it places with shardings on the mesh of device_ids instead,
         and the output comes back replicated (P()) on every device (docs/training.md).
         """
+        self._refuse_nnx("apply", "call dp(x) (torch's form); the module's own state is used and updated")
         if rngs is not None and not isinstance(rngs, dict):
             raise UsageTypeError(f"rngs must be a dict of PRNG keys, e.g. {{'dropout': jax.random.key(0)}}, "
                             f"not a {type(rngs).__name__}")
@@ -107,11 +110,43 @@ class DataParallel:
             output, collections = result.output, result.collections
         return (output, collections) if mutable else output
 
-    __call__ = apply
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """NNX: `dp(*inputs, **kwargs)` as torch's, the model's changed state written back; otherwise `apply`."""
+        if self.module is not None:
+            return self._call_module(args, kwargs)
+        return self.apply(*args, **kwargs)
+
+    def _call_module(self, args: tuple, kwargs: dict) -> Any:
+        """`dp(*args, **kwargs)` for an NNX module: one data-parallel call, the changed state written back.
+
+        Costs a walk of the module (nnx.split, once per call) besides the strategy's own transfers and compiles.
+        """
+        model = self.module
+        nnx_support.check_call_kwargs(model, kwargs)
+        split = nnx_support.split_module(model, "DataParallel")
+        # pad mode refuses rngs and updated state up front; an eval-mode module draws nothing and changes nothing
+        train = nnx_support.train_mode_of(model, split.replica_fn)
+        rngs = split.keys if split.keys and (train or self.uneven == "exact") else None
+        variables = split.variables if rngs is not None else nnx_support.all_leaves(split)
+        replica_fn = split.replica_fn if rngs is not None else split.replica_fn.without_keys()
+        call = self._call(replica_fn, variables, args, kwargs, rngs=rngs, updates_collections=train)
+        if traced.is_traced(variables, args, kwargs, rngs):
+            output, changed = traced.run(self.record, call)
+        else:
+            result = run_strategy(self.record, call)
+            self.last_plan = result.plan
+            output, changed = result.output, result.collections
+        nnx_support.write_back(model, split, changed)
+        return output
+
+    def _refuse_nnx(self, method: str, fix: str) -> None:
+        if self.module is not None:
+            raise UsageTypeError(f"DataParallel.{method} takes a variables argument, but this DataParallel wraps an "
+                                 f"NNX module ({type(self.module).__name__}), which holds its own state: {fix}")
 
     def __repr__(self) -> str:
         """As torch's: the wrapped module, indented; then where it runs (devices, output device, dim, strategy)."""
-        module = self.apply_fn.module if isinstance(self.apply_fn, _LinenApply) else self.apply_fn
+        module = self.apply_fn.module if isinstance(self.apply_fn, _LinenApply) else self.module or self.apply_fn
         devices = ", ".join(device_label(device) for device in self.device_ids)
         axis = f", axis_name={self.axis_name!r}" if self.axis_name else ""
         return (f"DataParallel(\n  (module): {repr(module).replace(chr(10), chr(10) + '  ')}\n"
@@ -126,6 +161,7 @@ class DataParallel:
         its arguments (variables replicated, every batch array in torch's chunks along dim); compiles
         once per (shapes, devices). Mapped strategies only. See docs/training.md.
         """
+        self._refuse_nnx("value_and_grad", "use nnx.value_and_grad of a loss on DataParallel(model)(x), or train_step")
         return training.value_and_grad(loss_fn, self._step_placement("value_and_grad"), has_aux)
 
     def train_step(self, tx: Any, loss_fn: Callable[..., Any], *, has_aux: bool = False,
@@ -141,7 +177,17 @@ class DataParallel:
         return_grads: the step also returns the gradients of params it updated with (summed over replicas,
         replicated, not donated), after the loss: for logging a gradient norm, or checking the step,
         without compiling a second `value_and_grad` program. Costs one more output buffer per parameter.
+
+        NNX module: `step = dp.train_step(tx, loss_fn)` with `loss_fn(dp, *batch)` calling `dp(x)`; then
+        `loss = step(*batch)` (or `(loss, grads)`) updates the module in place, as
+        `nnx.Optimizer(model, tx, wrt=nnx.Param).update(model, grads)` would; `step.opt_state` holds
+        the optimizer state (dp_jax/nnx.py, NNXTrainStep).
         """
+        if self.module is not None:
+            if has_aux:
+                raise UsageError("DataParallel(nnx module).train_step: has_aux is linen's (loss, collections); an "
+                                 "NNX module updates its own state, so loss_fn returns the loss only")
+            return NNXTrainStep(self, tx, loss_fn, self._step_placement("train_step"), return_grads)
         return training.train_step(tx, loss_fn, self._step_placement("train_step"), has_aux, return_grads)
 
     def _step_placement(self, method: str) -> training.Placement:
@@ -159,6 +205,7 @@ class DataParallel:
         Returns the placed copies (a list per device for 'explicit'; for a mapped strategy one
         P()-replicated array per leaf over the devices).
         """
+        self._refuse_nnx("place", "the module's state is placed by the call itself")
         rows = check_batch_size(batch_size, "DataParallel.place")
         plan = self._plan(len(self.device_ids) if rows is None else rows)
         return place_variables(self.record, variables, plan, self.cache, self.axis_name or REPLICA_AXIS)
@@ -170,6 +217,7 @@ class DataParallel:
         for a mapped strategy are views of the very buffers it passes its program (the variables'
         stay cached for the next apply; inputs are sent again on each call). Pass no mutable/rngs.
         """
+        self._refuse_nnx("placed", "see dp_jax.replicate(model, devices) for where each replica's state sits")
         return place_call(self.record, self._call(_replica_fn(self.apply_fn, False), variables, args, kwargs))
 
     def _call(self, replica_fn: Any, variables: Any, args: tuple, kwargs: dict, *, rngs: dict | None = None,
@@ -200,6 +248,9 @@ def data_parallel(
     places the variables on every call (no cache); compiled programs are still reused. torch's
     positional order up to `dim` (with `variables` after the function); the rest by keyword.
     """
+    nnx_support.refuse_nnx(apply_fn, "data_parallel(apply_fn=...)",
+                           "a function takes a variables argument: call DataParallel(model, device_ids, ...)"
+                           "(*inputs), as torch's module form")
     inputs = () if inputs is None else inputs if isinstance(inputs, tuple) else (inputs,)
     wrapper = DataParallel(apply_fn, device_ids, output_device, dim, strategy, uneven=uneven)
     return wrapper.apply(variables, *inputs, **(module_kwargs or {}))

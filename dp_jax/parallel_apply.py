@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 
+from dp_jax import nnx
 from dp_jax._devices import DeviceLike, committed_device, device_label, is_array_leaf, resolve_devices
 from dp_jax._errors import UsageError, UsageTypeError
 
@@ -23,7 +24,7 @@ _DYNAMIC = object()  # stands for an array leaf in the static (hashable) half of
 def parallel_apply(
     apply_fn: Callable[..., Any],
     replicas: Sequence[Any],
-    inputs: Sequence[Any],
+    inputs: Sequence[Any] | None = None,
     kwargs_tup: Sequence[dict[str, Any]] | None = None,
     devices: Sequence[DeviceLike] | None = None,
 ) -> list[Any]:
@@ -33,7 +34,18 @@ def parallel_apply(
     may still be computing). An inputs entry that is a tuple or list is unpacked, anything else is
     one argument. devices=None takes each replica's device from its committed arrays. Non-array
     arguments are compiled in as constants, so they must be hashable.
+
+    NNX, as torch: `parallel_apply(modules, inputs, kwargs_tup=None, devices=None)` with the modules
+    `dp_jax.replicate(model, devices)` returns; each module's changed state is written into it.
     """
+    if nnx.is_nnx_sequence(apply_fn):
+        if kwargs_tup is not None and devices is not None:
+            raise UsageTypeError("parallel_apply(modules, inputs, kwargs_tup, devices): devices given twice")
+        return _parallel_apply_modules(list(apply_fn), replicas, inputs, devices if devices is not None
+                                          else kwargs_tup)
+    _refuse_modules(apply_fn)
+    if inputs is None:
+        raise UsageTypeError("parallel_apply(apply_fn, replicas, inputs): inputs is missing; pass one per replica")
     n = len(replicas)
     if n == 0:
         raise UsageError("parallel_apply: replicas is empty; pass at least one (see dp_jax.replicate)")
@@ -56,6 +68,35 @@ def parallel_apply(
         except Exception as error:
             raise _located(error, i, device) from error
     return outputs
+
+
+def _parallel_apply_modules(modules: list, inputs: Any, kwargs_tup: Any, devices: Any) -> list:
+    """[modules[i](*inputs[i], **kwargs_tup[i]) on device i]; each replica's changed state written into it.
+
+    One compiled program per (structure, shapes, device), as for an apply function.
+    """
+    splits = [nnx.split_module(m, "parallel_apply") for m in modules]
+    replica = splits[0].replica_fn.without_keys()
+    for i, split in enumerate(splits[1:], start=1):
+        if split.replica_fn.without_keys() != replica:
+            raise UsageError(f"parallel_apply: replicas[{i}] is not structured as replicas[0]; pass the modules "
+                             "dp_jax.replicate(model, devices) returns")
+    all_leaves = [tuple(s.replica_fn.leaves(s.variables, s.keys)) for s in splits]
+    results = parallel_apply(nnx.ModuleApply(replica), all_leaves, inputs, kwargs_tup, devices)
+    for module, split, (_, changed) in zip(modules, splits, results):
+        nnx.write_back(module, split, changed)
+    return [output for output, _ in results]
+
+
+def _refuse_modules(apply_fn: Any) -> None:
+    """A single NNX module, or linen Modules, where apply_fn goes: name the form that works."""
+    nnx.refuse_nnx(apply_fn, "parallel_apply(apply_fn=...)", "one module is not a list of replicas: pass the list "
+                   "dp_jax.replicate(model, devices) returns, as torch's parallel_apply(replicas, inputs)")
+    linen = [v for v in (apply_fn if isinstance(apply_fn, (list, tuple)) else [apply_fn]) if nnx.is_linen_module(v)]
+    if linen:
+        raise UsageTypeError(f"parallel_apply got a linen Module ({type(linen[0]).__name__}) as apply_fn; linen "
+                             "modules hold no variables: pass module.apply with replicate(variables, devices), or "
+                             "NNX modules from replicate(nnx_model, devices)")
 
 
 def _check_length(name: str, values: Sequence[Any], n_replicas: int) -> None:

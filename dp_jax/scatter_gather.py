@@ -19,6 +19,7 @@ import numpy as np
 from dp_jax._batch import check_dim, common_batch, labelled_leaves, wrap_dim
 from dp_jax._devices import DeviceLike, is_array_leaf, resolve_device, resolve_devices
 from dp_jax._errors import UsageError, UsageTypeError
+from dp_jax.nnx import refuse_nnx
 
 SCALAR_GATHER_WARNING = (
     "Was asked to gather along dimension 0, but all input tensors were scalars; "
@@ -45,6 +46,8 @@ def scatter(inputs: Any, devices: Sequence[DeviceLike], dim: int = 0) -> list[An
     pytree per chunk, each with the structure of `inputs`: fewer entries than devices when the batch
     is small. All split leaves must have the same batch size.
     """
+    refuse_nnx(inputs, "scatter(inputs=...)", "scatter splits the inputs along dim; send a model to every "
+               "device with dp_jax.replicate(model, devices)")
     dim = check_dim(dim, "scatter")
     devices = resolve_devices(devices)
     batch = common_batch(labelled_leaves({"inputs": inputs}), dim, "scatter")

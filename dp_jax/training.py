@@ -194,7 +194,7 @@ def train_step(tx: Any, loss_fn: Callable[..., Any], placement: Placement, has_a
     """
     import optax
 
-    _check_transformation(tx)
+    check_transformation(tx)
     # chain() passes extra arguments on to the transformations that take them; the others ignore them
     takes_value = isinstance(tx, optax.GradientTransformationExtraArgs)
 
@@ -212,7 +212,7 @@ def train_step(tx: Any, loss_fn: Callable[..., Any], placement: Placement, has_a
     return CompiledStep(body, 3, placement, donate=(0, 1, 2), name="DataParallel.train_step step")
 
 
-def _check_transformation(tx: Any) -> None:
+def check_transformation(tx: Any) -> None:
     if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
         raise UsageTypeError(f"tx={tx!r} is not an optax GradientTransformation (it needs init and update), "
                         "e.g. optax.sgd(0.1) or optax.adam(1e-3)")

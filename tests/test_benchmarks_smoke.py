@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = {"jax_strategies", "torch_stock", "train_step", "breakdown", "replication", "harness", "virtual"}
+SECTIONS = {"jax_strategies", "torch_stock", "train_step", "nnx_train_step", "breakdown", "replication", "harness",
+            "virtual"}
 SKIPPED_IN_QUICK = {"harness", "virtual"}  # each starts a second interpreter
 
 

@@ -26,6 +26,9 @@ def _fill_every_cache():
     dp_jax.DataParallel(_linear, devices(4), strategy="pmap", uneven="pad").apply(variables, x)
     mapped = dp_jax.DataParallel(_linear, devices(4), strategy="shard_map")
     mapped.value_and_grad(lambda v, x: jnp.sum(mapped.apply(v, x)))(variables, x)
+    from flax import nnx  # an NNX module's structure (dp_jax/nnx.py)
+
+    dp_jax.DataParallel(nnx.Linear(3, 2, rngs=nnx.Rngs(0)), devices(2))(x)
 
 
 def test_every_cache_is_filled_by_calls_and_emptied_by_clear_caches():
@@ -75,7 +78,7 @@ def test_every_module_cache_of_dp_jax_is_registered():
         if uses:
             bare[str(path.relative_to(PACKAGE))] = uses
     assert bare == {}, f"use dp_jax._caches.module_cache, not functools.lru_cache, so clear_caches sees it: {bare}"
-    assert registered == len(REGISTRY) == 7
+    assert registered == len(REGISTRY) == 9
     assert "clear_caches" in dp_jax.__all__
 
 
