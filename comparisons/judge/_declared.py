@@ -194,15 +194,16 @@ def _paths(run: Any) -> list[str]:
     return sorted(names | set(flatten(run.dp.outputs)))
 
 
-def conversion_checks(pair: Any, seed: int, dtype: str) -> list[Check]:
+def conversion_checks(pair: Any, seed: int, dtype: str, *, built: Any = None) -> list[Check]:
     """Variables converted by another tool (`pair.variables`) against this pair's own conversion, bitwise.
 
-    The compared run uses the given variables; this says whether they are the torch weights.
+    The compared run uses the given variables; this says whether they are the torch weights. `built`: the
+    pair as the comparison built it (seed, dtype), else it is built here.
     """
     if pair.variables is None:
         return []
 
-    torch_module, flax_module, given = pair.build(seed=seed, dtype=np.dtype(dtype))
+    torch_module, flax_module, given = built if built is not None else pair.build(seed=seed, dtype=np.dtype(dtype))
     ours = pair.torch_to_flax(torch_module.state_dict(), like=pair.flax_shapes(flax_module))
     check = compare_trees("conversion", "given variables vs the torch weights converted by path", given, ours, 0.0,
                            atol=0.0, sides=("the given variables", "ours"))

@@ -6,10 +6,11 @@ Nothing here imports torch or JAX until a pair's model is made.
 """
 from .builtin import BUILTIN as _BUILTIN
 from .derive import FlaxApply, derive_mapping, pair_from_modules, tied_parameters
+from .jax_side import Built, JaxSide
 from .pair import KNOWN_DIFFERENCES, ModelPair, get, names, register
 
 for _pair in _BUILTIN:
     register(_pair)
 
-__all__ = ["KNOWN_DIFFERENCES", "FlaxApply", "ModelPair", "derive_mapping", "get", "names", "pair_from_modules",
-           "register", "tied_parameters"]
+__all__ = ["KNOWN_DIFFERENCES", "Built", "FlaxApply", "JaxSide", "ModelPair", "derive_mapping", "get", "names",
+           "pair_from_modules", "register", "tied_parameters"]
