@@ -136,10 +136,10 @@ def model_pair(pair: Any) -> Any:
     return pair
 
 
-def choice(name: str, value: Any, allowed: Sequence[str]) -> str:
+def choice(name: str, value: Any, allowed: Sequence[str], caller: str = "compare") -> str:
     """`value` when it is one of `allowed`."""
     if value not in allowed:
-        raise ComparisonError(f"compare: {name}={value!r} is not supported; use one of {', '.join(allowed)}")
+        raise ComparisonError(f"{caller}: {name}={value!r} is not supported; use one of {', '.join(allowed)}")
     return value
 
 

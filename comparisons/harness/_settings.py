@@ -61,10 +61,10 @@ class Settings:
         from comparisons.judge import TOLERANCES
         from comparisons.runs import OPTIMIZERS, TORCH_DEVICES
 
-        check.choice("dtype", self.dtype, tuple(TOLERANCES))
-        if check.choice("precision", self.precision, PRECISIONS) == "float64":
+        check.choice("dtype", self.dtype, tuple(TOLERANCES), self.caller)
+        if check.choice("precision", self.precision, PRECISIONS, self.caller) == "float64":
             self._settle("dtype", "float64")
-        check.choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        check.choice("optimizer", self.optimizer, tuple(OPTIMIZERS), self.caller)
         for name in ("batch_size", "steps"):
             self._settle(name, positive_integer(getattr(self, name), argument=name, caller=self.caller))
         self._settle("seed", check.seed(self.seed))

@@ -53,7 +53,6 @@ def forwards(run: RunInputs, dtype: str) -> tuple[Forward, Forward]:
     """(torch, Flax) forwards in `dtype` on the run's inputs (cast when `dtype` is wider)."""
     import jax
 
-    from comparisons.runs.jax_run import computing_in
     from comparisons.runs.torch_run import torch_default_dtype
 
     def cast(x):
@@ -63,5 +62,5 @@ def forwards(run: RunInputs, dtype: str) -> tuple[Forward, Forward]:
     with torch_default_dtype(dtype):  # a float64 forward builds its masks in float64 (runs/torch_run.py)
         torch_side = torch_forward(run, torch_module, inputs)
     with jax.enable_x64(dtype == "float64"):
-        flax_side = flax_forward(run, computing_in(flax_module, dtype), variables, inputs)
+        flax_side = flax_forward(run, run.pair.jax_side.computing_in(flax_module, dtype), variables, inputs)
     return torch_side, flax_side

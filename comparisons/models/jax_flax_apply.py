@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from comparisons.errors import UsageError
-from comparisons.models.jax_linen import LinenSide
+from comparisons.models.jax_side import convert_flax, linen_in, make_flax_model
 
 
 class FlaxApply:
@@ -51,13 +51,27 @@ class FlaxApply:
         return f"FlaxApply({type(self.module).__name__}, train_arg={self.train_arg!r})"
 
 
-class FlaxApplySide(LinenSide):
-    """A `JaxSide` for a `FlaxApply`: a linen side whose compute dtype is its wrapped module's."""
+class FlaxApplySide:
+    """A `JaxSide` for a `FlaxApply`: made, converted and run as a linen Module; its compute dtype is its
+    wrapped module's."""
+
+    in_worker = False
+    captures_layers = True
+
+    def make(self, pair: Any) -> Any:
+        return make_flax_model(pair)
+
+    def convert(self, pair: Any, torch_module: Any, model: Any, dtype: Any) -> dict:
+        return convert_flax(pair, torch_module, model, dtype)
 
     def computing_in(self, model: Any, dtype: str) -> Any:
         wrapper = copy.copy(model)
-        wrapper.module = LinenSide.computing_in(self, model.module, dtype)
+        wrapper.module = linen_in(model.module, dtype)
         return wrapper
+
+    def run_in_worker(self, pair: Any, run: Any, strategies: list[str], devices: int, float64: bool
+                      ) -> tuple[list, Any]:
+        raise NotImplementedError("a FlaxApply runs in this process (in_worker is False)")
 
     def __repr__(self) -> str:
         return "FLAX_APPLY"

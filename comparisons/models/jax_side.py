@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
 
+import numpy as np
+
 
 class Built(NamedTuple):
     """A pair built: the torch module, the JAX model the harness runs (None when the side runs in a worker
@@ -59,3 +61,43 @@ def build(side: JaxSide, pair: Any, seed: int, dtype: Any) -> Built:
     torch_module = pair.build_torch(seed, dtype)
     model = side.make(pair)
     return Built(torch_module, model, side.convert(pair, torch_module, model, dtype))
+
+
+def make_flax_model(pair: Any) -> Any:
+    """`pair.make_flax()`, checked to be a model with `init` and `apply` (a linen Module or a FlaxApply)."""
+    model = pair.make_flax()
+    pair.check_made("make_flax", model, callable(getattr(model, "init", None)) and callable(
+        getattr(model, "apply", None)), "flax.linen.Module (nor a FlaxApply); return the Flax model, e.g. "
+        "make_flax=lambda: MyNet()")
+    return model
+
+
+def convert_flax(pair: Any, torch_module: Any, model: Any, dtype: Any) -> dict:
+    """The given variables (`pair.variables`, converted by another tool) or the torch weights converted by
+    `pair.mapping`, checked against the shapes of the model's own init (traced, not compiled)."""
+    if pair.variables is not None:
+        return given_variables(pair.variables, dtype)
+    return pair.torch_to_flax(torch_module.state_dict(), like=pair.flax_shapes(model))
+
+
+def linen_in(module: Any, dtype: str) -> Any:
+    """A linen Module with a `dtype` field (Hugging Face's compute in float32 unless told) cloned to `dtype`."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(module) and "dtype" in {f.name for f in dataclasses.fields(module)}:
+        return module.clone(dtype=dtype)
+    return module
+
+
+def given_variables(variables: Any, dtype: Any) -> dict:
+    """Variables converted elsewhere as {'params': ..., ...} numpy trees in `dtype` (a copy).
+
+    transformers returns a bare params tree for models without BatchNorm; it is wrapped.
+    """
+    import jax
+
+    tree = dict(variables)
+    if "params" not in tree:
+        tree = {"params": tree}
+    return jax.tree.map(lambda leaf: np.array(leaf, dtype=dtype if np.issubdtype(np.asarray(leaf).dtype, np.floating)
+                                              else None, copy=True), tree)

@@ -188,20 +188,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
 }
 
 
-def given_variables(variables: Any, dtype: Any) -> dict:
-    """Variables converted elsewhere as {'params': ..., ...} numpy trees in `dtype` (a copy).
-
-    transformers returns a bare params tree for models without BatchNorm; it is wrapped.
-    """
-    import jax
-
-    tree = dict(variables)
-    if "params" not in tree:
-        tree = {"params": tree}
-    return jax.tree.map(lambda leaf: np.array(leaf, dtype=dtype if np.issubdtype(np.asarray(leaf).dtype, np.floating)
-                                              else None, copy=True), tree)
-
-
 _REGISTRY: dict[str, ModelPair] = {}
 
 
