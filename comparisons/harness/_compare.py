@@ -134,9 +134,8 @@ class Verdicts(NamedTuple):
 def _judge(runs: Runs, built: Built, settings: Settings) -> Verdicts:
     """Every verdict on the runs, and the torch-vs-JAX drift per step."""
     pair = runs.run.pair
-    tolerance = judge.Tolerance(settings.rtol_used, settings.atol, runs.float64,
-                                cross_cause="port" if settings.dtype == "float64" else None)
-    checks = (judge.judge_runs(pair, runs.runs, tolerance, runs.run.inputs)
+    bounds = judge.Bounds(settings.rtol_used, settings.atol, "port" if settings.dtype == "float64" else None)
+    checks = (judge.judge_runs(pair, runs.runs, bounds, runs.float64, runs.run.inputs)
               + judge.conversion_checks(pair, settings.seed, settings.dtype, built=built))
     return Verdicts(checks, judge.drift(pair, runs.runs, runs.float64))
 

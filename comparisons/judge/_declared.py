@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from comparisons.judge import _padding_row
+from comparisons.judge._bounds import Bounds, Sides
 from comparisons.judge._numerics import compare_trees, flatten
 from comparisons.placement import canonical_path
 from comparisons.verdicts import Check
@@ -22,8 +23,13 @@ from comparisons.verdicts import Check
 _TORCH_BN_MOMENTUM = 0.1  # torch.nn.BatchNorm's default; transformers' models keep it
 
 
-def cross(pair: Any, subject: str, jax_value: Any, torch_value: Any) -> tuple[Any, Any]:
+def cross(pair: Any, subject: str, jax_value: Any, torch_value: Any) -> Sides:
     """The two sides of a torch-vs-JAX check, without declared one-sided leaves or known differences."""
+    return Sides(*reversed(_cross(pair, subject, jax_value, torch_value)))
+
+
+def _cross(pair: Any, subject: str, jax_value: Any, torch_value: Any) -> tuple[Any, Any]:
+    """(JAX side, torch side) of `cross`."""
     if subject == "outputs":
         return _drop(jax_value, pair.is_flax_only), _drop(torch_value, pair.is_torch_only)
     if _padding_row.applies(pair, subject):  # row p is measured on its own (padding_row_checks)
@@ -205,8 +211,8 @@ def conversion_checks(pair: Any, seed: int, dtype: str, *, built: Any = None) ->
 
     torch_module, flax_module, given = built if built is not None else pair.build(seed=seed, dtype=np.dtype(dtype))
     ours = pair.torch_to_flax(torch_module.state_dict(), like=pair.flax_shapes(flax_module))
-    check = compare_trees("conversion", "given variables vs the torch weights converted by path", given, ours, 0.0,
-                           atol=0.0, sides=("the given variables", "ours"))
+    check = compare_trees("conversion", "given variables vs the torch weights converted by path", given, ours,
+                           Bounds(0.0, 0.0), sides=("the given variables", "ours"))
     if check.passed:
         check = dataclasses.replace(
             check, detail=f"bitwise equal ({len(flatten(ours))} leaves); the run uses the given variables")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from comparisons.judge import _declared as declared
+from comparisons.judge._bounds import Bounds
 from comparisons.judge._numerics import compare_trees
 from comparisons.judge._runs import SUBJECTS
 from comparisons.runs import BackendRun, RunInputs
@@ -57,9 +58,9 @@ def _measure(pair, padded, torch_run, strategy, tol) -> list:
             continue
         if subject == "params_after_steps" and parameter_count != torch_run.parameter_count:
             continue  # the two sides parametrise differently (see the report's note)
-        checks.append(compare_trees(subject, f"torch DP vs jax:{strategy} padded",
-                                    *declared.cross(pair, subject, getattr(snapshot, subject),
-                                                    getattr(torch_run.dp, subject)), tol))
+        sides = declared.cross(pair, subject, getattr(snapshot, subject), getattr(torch_run.dp, subject))
+        checks.append(compare_trees(subject, f"torch DP vs jax:{strategy} padded", sides.flax, sides.torch,
+                                    Bounds(tol)))
     return checks
 
 

@@ -5,10 +5,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from comparisons.judge import cross
+from comparisons.judge import Bounds, Sides, cross
 from comparisons.layers._align import judge_trees, rows, side_of
 from comparisons.layers._forward import forwards
-from comparisons.layers._records import Bounds, Row, Side
+from comparisons.layers._records import Row, Side
 from comparisons.layers._walk import first_divergence
 from comparisons.runs import RunInputs
 from comparisons.verdicts import Check
@@ -49,7 +49,7 @@ def layer_view(run: RunInputs, checks: Sequence[Check] = (), *, rtol: float, ato
     return LayerView(found, output, first_divergence(found, output, run.pair.mapping, checks))
 
 
-def _output_side(pair: Any, float32, float64, tol: Bounds) -> Side:
-    narrow = cross(pair, "outputs", float32[1].output, float32[0].output)
-    wide = None if float64 is None else cross(pair, "outputs", float64[1].output, float64[0].output)
+def _output_side(pair: Any, float32: Sides, float64: Sides | None, tol: Bounds) -> Side:
+    narrow = cross(pair, "outputs", float32.flax.output, float32.torch.output)
+    wide = None if float64 is None else cross(pair, "outputs", float64.flax.output, float64.torch.output)
     return side_of(judge_trees("outputs", narrow, wide, tol), float64 is not None or tol.cause is not None)

@@ -195,7 +195,7 @@ def test_only_usage_errors_are_bad_input_anything_else_is_internal_with_its_trac
     def comparison(pair, settings):
         raise raised
     monkeypatch.setattr(harness, "compare_settings", comparison)
-    assert cli.main(["run", "--model", "mlp", "--format", "json"]) == status
+    assert cli.main(["run", "--model", "mlp", "--torch-devices", "cpu", "--format", "json"]) == status
     err = capsys.readouterr().err
     if status == 2:
         assert err.strip() == f"error: {raised}" and "Traceback" not in err
@@ -215,7 +215,7 @@ def test_the_exit_status_is_1_when_a_check_fails_and_0_when_all_pass(monkeypatch
     for passed, status in ((False, 1), (True, 0)):
         monkeypatch.setattr(harness, "compare_settings",
                             lambda pair, settings, passed=passed: small_report(passed, seed))
-        assert cli.main(["run", "--model", "mlp", "--format", fmt]) == status
+        assert cli.main(["run", "--model", "mlp", "--torch-devices", "cpu", "--format", fmt]) == status
         capsys.readouterr()
 
 
@@ -227,7 +227,7 @@ def _report_to(out: Path, monkeypatch, seed: int) -> str:
 
     report = small_report(True, seed)
     monkeypatch.setattr(harness, "compare_settings", lambda pair, settings: report)
-    assert cli.main(["run", "--model", "mlp", "--format", "json", "--out", str(out)]) == 0
+    assert cli.main(["run", "--model", "mlp", "--torch-devices", "cpu", "--format", "json", "--out", str(out)]) == 0
     return report.render("json")
 
 
