@@ -50,7 +50,8 @@ def island_checks(pair: Any, runs: list, reference: Any, checks: list[Check]) ->
     JAX run that passes when that run's torch-vs-JAX outputs check does (judged at float32's bound)."""
     if "float32_islands" not in pair.known_differences or reference is None:
         return []
-    jax64, torch64 = cross(pair, "outputs", reference.jax.outputs, reference.torch.outputs)
+    sides = cross(pair, "outputs", reference.jax.outputs, reference.torch.outputs)
+    jax64, torch64 = sides.flax, sides.torch
     shared = [p for p in jax64 if p in torch64 and np.shape(jax64[p]) == np.shape(torch64[p])]
     gap = max((float(np.abs(np.asarray(jax64[p], np.float64) - np.asarray(torch64[p], np.float64)).max())
                for p in shared), default=0.0)
