@@ -155,7 +155,7 @@ def _notes(runs: Runs, built: Built, settings: Settings, devices: Devices) -> li
     if settings.padding:
         with jax_precision(settings.dtype):
             notes += judge.padding_notes(runs.run, built, runs.runs[0], devices.jax, strategies=settings.strategies,
-                                         tol=settings.rtol_used)
+                                         bounds=judge.Bounds(settings.rtol_used))  # atol derived, as ever
     return notes
 
 

@@ -73,8 +73,8 @@ def _drop(tree: Any, declared) -> dict:
 
 
 def checks(pair: Any, runs: list, tol: float, inputs: tuple | None = None) -> list[Check]:
-    """The unused-parameter check and one check per declared known difference, for each JAX run
-    (`inputs`: the run's, which tell whether a padding row's difference is explained)."""
+    """The unused-parameter check and one check per declared known difference, for each JAX run, at the
+    rtol `tol` (`inputs`: the run's, which tell whether a padding row's difference is explained)."""
     torch_run, found = runs[0], []
     # DataParallel gives such a parameter a zero gradient (replicate's backward sums zeros); a
     # single-device run leaves it None, so the reference run is the one that tells.

@@ -22,8 +22,9 @@ MODE = "pad_unchecked"
 
 
 def padding_notes(run: RunInputs, built: tuple[Any, Any, Any], torch_run: BackendRun, devices: Sequence[Any], *,
-                  strategies: Sequence[str], tol: float) -> list[str]:
-    """The padding section's lines: one headline, then one line per (mapped strategy, subject).
+                  strategies: Sequence[str], bounds: Bounds) -> list[str]:
+    """The padding section's lines: one headline, then one line per (mapped strategy, subject), each measured
+    under `bounds` (its cause unused: nothing here is judged).
 
     `built` is the pair's (torch module, flax module, variables) as the comparison built them.
     Trains once more per mapped strategy among `strategies` ('pmap' when none is chosen), eagerly.
@@ -46,11 +47,11 @@ def padding_notes(run: RunInputs, built: tuple[Any, Any, Any], torch_run: Backen
     _, flax_module, variables = built
     for strategy in mapped:
         padded = run_padded(run, flax_module, variables, devices, strategy)
-        lines += [_line(check) for check in _measure(pair, padded, torch_run, strategy, tol)]
+        lines += [_line(check) for check in _measure(pair, padded, torch_run, strategy, bounds)]
     return lines
 
 
-def _measure(pair, padded, torch_run, strategy, tol) -> list:
+def _measure(pair, padded, torch_run, strategy, bounds: Bounds) -> list:
     snapshot, parameter_count = padded
     checks = []
     for subject in SUBJECTS:
@@ -60,7 +61,7 @@ def _measure(pair, padded, torch_run, strategy, tol) -> list:
             continue  # the two sides parametrise differently (see the report's note)
         sides = declared.cross(pair, subject, getattr(snapshot, subject), getattr(torch_run.dp, subject))
         checks.append(compare_trees(subject, f"torch DP vs jax:{strategy} padded", sides.flax, sides.torch,
-                                    Bounds(tol)))
+                                    bounds._replace(cause=None)))
     return checks
 
 
