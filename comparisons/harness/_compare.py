@@ -171,8 +171,8 @@ def _layer_view(runs: Runs, verdicts: Verdicts, settings: Settings, devices: Dev
     if not runs.run.pair.jax_side.captures_layers:
         return View({}, ["layer view: not available when the JAX side runs in another process (a traced pair)"])
     with jax_precision(settings.dtype):
-        return View(*layer_view_fields(runs.run, verdicts.checks, (devices.torch, devices.jax),
-                                       (settings.rtol_used, settings.atol), runs.float64 is not None,
+        return View(*layer_view_fields(runs.run, verdicts.checks, judge.Sides(devices.torch, devices.jax),
+                                       judge.Bounds(settings.rtol_used, settings.atol), runs.float64 is not None,
                                        asked=settings.layers))
 
 

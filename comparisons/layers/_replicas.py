@@ -26,13 +26,14 @@ from comparisons.runs import RunInputs
 
 
 def replica_divergences(run: RunInputs, torch_devices: Sequence[Any], jax_devices: Sequence[Any], *,
-                        rtol: float, atol: float | None = None) -> list[dict[str, Any]]:
-    """One record per replica (torch's, then JAX's) whose layers differ from one device on its chunk.
+                        bounds: Bounds) -> list[dict[str, Any]]:
+    """One record per replica (torch's, then JAX's) whose layers differ from one device on its chunk, under
+    `bounds` (the comparison's rtol and atol; the cause is always "data_parallel").
 
     Costs one forward per chunk per backend on the replicas and as many on one device, eagerly (JAX op by
     op), in the run's dtype; the pair is built once more per backend.
     """
-    tol = Bounds(rtol, atol)
+    tol = Bounds(bounds.rtol, bounds.atol)
     return _torch_replicas(run, list(torch_devices), tol) + _jax_replicas(run, list(jax_devices), tol)
 
 
