@@ -127,6 +127,8 @@ class Runs(NamedTuple):
 
 
 class Verdicts(NamedTuple):
+    """Every check of the comparison and the torch-vs-JAX drift per step."""
+
     checks: list
     drift: list
 
@@ -160,6 +162,8 @@ def _notes(runs: Runs, built: Built, settings: Settings, devices: Devices) -> li
 
 
 class View(NamedTuple):
+    """The layer view's report fields (none when it did not run) and the notes it adds."""
+
     fields: dict
     notes: list[str]
 
