@@ -19,3 +19,14 @@ class ComparisonError(UsageError):
 
 class UsageTypeError(UsageError, TypeError):
     """Bad input of the wrong type (a string where a tuple goes, a non-Module): still a UsageError."""
+
+
+def positive_integer(value: object, *, argument: str, caller: str, example: str = "") -> int:
+    """`value` as an int >= 1 (numpy integers too; not bools, floats or strings), else a ComparisonError naming
+    `caller`, the argument, the value (and its type when its repr would hide it) and the fix, `example` after it."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        kind = "" if type(value) is int else f" (a {type(value).__name__})"
+        raise ComparisonError(f"{caller}: {argument}={value!r}{kind}; pass a positive integer{example}")
+    return int(value)

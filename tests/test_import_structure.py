@@ -12,6 +12,7 @@ The isolation tests import one package in a fresh interpreter and list the frame
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,6 +164,46 @@ def test_the_private_import_check_names_a_planted_one(tmp_path):
     (tmp_path / "tests" / "test_a.py").write_text("def test():\n    from comparisons.runs._x import f\n")
     assert private_imports(tmp_path, ("comparisons", "tests")) == [
         "comparisons/judge/__init__.py: comparisons.runs._x", "tests/test_a.py: comparisons.runs._x"]
+
+
+PATCHERS = ("setattr", "delattr", "patch", "setitem")
+PRIVATE_PATH = re.compile(r"^(?:dp_torch|dp_jax|comparisons)(?:\.\w+)*?\._(?!_)\w*")
+
+
+def private_string_paths(root: Path, folders: tuple[str, ...]) -> list[str]:
+    """'file:line: path' for every string path into a private module or name (`comparisons.harness._compare._x`)
+    handed to a patcher (monkeypatch.setattr / delattr, mock.patch): a test that reaches past the public seams,
+    which the import check above cannot see, since a string imports nothing until the test runs."""
+    offenders = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                offenders += [f"{path.relative_to(root)}:{arg.lineno}: {arg.value}" for arg in node.args
+                              if name in PATCHERS and isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                              and PRIVATE_PATH.match(arg.value)]
+    return offenders
+
+
+def test_tests_patch_no_string_path_into_a_private_module():
+    assert private_string_paths(ROOT, ("tests", "benchmarks")) == [], "patch a public seam or use a fixture"
+
+
+def test_the_string_path_check_names_planted_ones(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text(
+        "def test(monkeypatch):\n"
+        "    monkeypatch.setattr('comparisons.harness._compare._run_all', None)\n"
+        "    monkeypatch.setattr('dp_jax._private_thing', None)\n"
+        "    mock.patch('comparisons.cli._main._run')\n"
+        "    monkeypatch.setattr('comparisons.harness.compare', None)\n"  # public: allowed
+        "    monkeypatch.setattr(harness, '_private', None)\n"  # an object and a name, not a path
+        "    print('comparisons.harness._compare')\n")  # not a patcher
+    assert private_string_paths(tmp_path, ("tests",)) == [
+        "tests/test_a.py:2: comparisons.harness._compare._run_all", "tests/test_a.py:3: dp_jax._private_thing",
+        "tests/test_a.py:4: comparisons.cli._main._run"]
 
 
 def test_the_cycle_finder_names_a_planted_cycle(tmp_path):

@@ -34,7 +34,7 @@ from comparisons.runs import (
 from comparisons.traced import cli as traced_cli
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE in sysexits.h
-DEMO = {"pair": "cnn_bn", "batch_size": 10, "devices": 4, "steps": 2}
+DEMO_PAIR = "cnn_bn"  # at batch 10 on 4 devices, 2 steps: the Settings defaults
 
 
 _partial: list[str] = []  # the temporary file a report is being written to, while it is
@@ -77,24 +77,18 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "list":
             return _list()
         if args.command == "demo":
-            settings = dict(DEMO, strategies=None, optimizer="sgd", dtype="float32", seed=0, torch_devices="auto")
-            fmt, out, html_out = "table", None, args.out
+            named, fmt, out, html_out = DEMO_PAIR, "table", None, args.out
         else:
             named = pair if args.torch else _model_name(args, pair)
-            settings = dict(pair=named, batch_size=args.batch, devices=args.devices,
-                            strategies=_strategy_list(args.strategy), steps=args.steps, optimizer=args.optimizer,
-                            dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices,
-                            padding=args.padding, precision=args.precision, rtol=args.rtol, atol=args.atol,
-                            layers=args.layers)
             fmt, out, html_out = args.format, args.out, None
-        for path, flag in ((out, "--out"), (html_out, "--out")):
+        for path in (out, html_out):
             if path is not None:
-                _check_writable(path, flag)
+                _check_writable(path, "--out")
         if getattr(args, "processes", None) is not None and getattr(args, "layers", False):
             raise UsageError("run: --layers with --processes is not supported: the layer view runs in one "
                              "process; drop --processes to see it")
-        report = (_run_distributed(args, argv, settings["pair"]) if getattr(args, "processes", None) is not None \
-            else _run(settings))
+        report = (_run_distributed(args, argv, named) if getattr(args, "processes", None) is not None
+                  else _run(named, args))
     except _usage_errors() as error:  # ComparisonError, ConversionError, UserPairError, the backends' refusals
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -238,22 +232,35 @@ def _list() -> int:
     return 0
 
 
-def _run(settings: dict):
-    devices = settings["devices"]
-    if devices < 1:  # before the torch kind: its own errors would blame --torch-devices
-        raise UsageError(f"--devices={devices}: pass a positive number of devices, e.g. --devices 4")
-    settings["torch_devices"] = torch_kind(settings["torch_devices"], devices)
-    if settings["torch_devices"] == "cuda":
-        _check_cuda()
-    if settings["torch_devices"] == "virtual" and isinstance(devices, int) and devices > 0:
-        # process-global, which is fine: the CLI is its own process
-        install_virtual(devices, argument="--devices", cpu_fix="--torch-devices cpu")
-    from comparisons.cli._progress import progress_bar
-    from comparisons.harness import compare
+def _settings(args: argparse.Namespace):
+    """The comparison's Settings from the parsed flags (the demo's: every default), checked as they are made."""
+    from comparisons.harness import Settings
 
-    pair = settings.pop("pair")
+    if args.command == "demo":
+        return Settings()
+    devices = args.devices
+    if devices < 1:  # before Settings and the torch kind: their errors would not name the flag
+        raise UsageError(f"--devices={devices}: pass a positive number of devices, e.g. --devices 4")
+    return Settings(batch_size=args.batch, devices=devices, strategies=_strategy_list(args.strategy), steps=args.steps,
+                    optimizer=args.optimizer, dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices,
+                    padding=args.padding, precision=args.precision, rtol=args.rtol, atol=args.atol, layers=args.layers)
+
+
+def _run(pair, args: argparse.Namespace):
+    """compare() on `pair` with the flags' Settings, its torch devices settled here (their errors name the flags)."""
+    import dataclasses
+
+    from comparisons.cli._progress import progress_bar
+    from comparisons.harness import compare_settings
+
+    settings = _settings(args)
+    kind = torch_kind(settings.torch_devices, settings.devices)
+    if kind == "cuda":
+        _check_cuda()
+    if kind == "virtual":  # process-global, which is fine: the CLI is its own process
+        install_virtual(settings.devices, argument="--devices", cpu_fix="--torch-devices cpu")
     with progress_bar() as advance:
-        return compare(pair, progress=advance, **settings)
+        return compare_settings(pair, dataclasses.replace(settings, torch_devices=kind, progress=advance))
 
 
 def _run_distributed(args: argparse.Namespace, argv: Sequence[str] | None, pair: str):

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 from comparisons.distributed.config import WorkerConfig, chunk_rows
 from comparisons.distributed.launcher import Launch
 from comparisons.distributed.ranks import SIDES
-from comparisons.errors import ComparisonError
+from comparisons.errors import ComparisonError, positive_integer
+from comparisons.harness import Settings
 from comparisons.verdicts import ComparisonReport
 
 if TYPE_CHECKING:
     from comparisons.models import ModelPair
 
+CALLER = "compare_distributed"
 WORKERS = {"torch": "comparisons.distributed.torch_worker", "jax": "comparisons.distributed.jax_worker"}
 
 
@@ -51,9 +53,12 @@ def compare_distributed(pair: str | ModelPair, *, processes: int = 2, devices: i
     """
     from comparisons.distributed import checks
 
-    config = _config(_pair_name(pair), imports, processes=processes, devices=devices, batch_size=batch_size,
-                     steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, sides=sides,
-                     rendezvous_timeout=rendezvous_timeout)
+    name = _pair_name(pair)
+    for argument, value in (("processes", processes), ("devices", devices)):
+        positive_integer(value, argument=argument, caller=CALLER)
+    config = _config(name, imports, sides, rendezvous_timeout, processes, Settings(
+        batch_size=4 * processes * devices if batch_size is None else batch_size, devices=devices, steps=steps,
+        optimizer=optimizer, dtype=dtype, seed=seed, strategies=("explicit",), precision="off", caller=CALLER))
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         runs = {side: stack.enter_context(_launch(side, config, processes, timeout)) for side in sides}
@@ -93,13 +98,12 @@ def _pair_name(pair: Any) -> str:
     return pair.name
 
 
-def _config(pair: str, imports: Sequence[str], *, processes: int, devices: int, batch_size: int | None,
-            steps: int, optimizer: str, dtype: str, seed: int, sides: Sequence[str],
-            rendezvous_timeout: float) -> WorkerConfig:
+def _config(pair: str, imports: Sequence[str], sides: Sequence[str], rendezvous_timeout: float, processes: int,
+            settings: Settings) -> WorkerConfig:
+    """The workers' config: `settings` (checked) for the registered `pair` on `processes`, once `imports`,
+    `sides` and the batch's split over the ranks and the mesh are checked."""
     from comparisons import models
     from comparisons.distributed.pairs import pair_sources
-    from comparisons.judge import TOLERANCES
-    from comparisons.runs import OPTIMIZERS
 
     if not isinstance(pair, str) or pair not in models.names():
         raise ComparisonError(f"compare_distributed: pair={pair!r} is not a registered pair; pass one of "
@@ -108,8 +112,13 @@ def _config(pair: str, imports: Sequence[str], *, processes: int, devices: int, 
         raise ComparisonError(f"compare_distributed: imports={imports!r} is one string; pass a tuple, "
                               f"imports=({imports!r},)")
     sources = pair_sources(pair, imports)
-    for name, value in (("processes", processes), ("devices", devices), ("steps", steps)):
-        _positive(name, value)
+    _check_sides(sides)
+    _check_split(settings.batch_size, processes, settings.devices, sides)
+    return WorkerConfig(pair, settings.batch_size, settings.steps, settings.optimizer, settings.dtype, settings.seed,
+                        settings.devices, float(rendezvous_timeout), sources)
+
+
+def _check_sides(sides: Any) -> None:
     if isinstance(sides, str):  # it would iterate letter by letter
         raise ComparisonError(f"compare_distributed: sides={sides!r} is one string; pass a tuple, sides=({sides!r},)")
     if not hasattr(sides, "__iter__"):
@@ -118,10 +127,10 @@ def _config(pair: str, imports: Sequence[str], *, processes: int, devices: int, 
     unknown = [s for s in sides if s not in SIDES]
     if not sides or unknown:
         raise ComparisonError(f"compare_distributed: sides={list(sides)!r}; pass one or both of {SIDES}")
-    if optimizer not in OPTIMIZERS or dtype not in TOLERANCES:
-        raise ComparisonError(f"compare_distributed: optimizer={optimizer!r}, dtype={dtype!r}; use one of "
-                              f"{sorted(OPTIMIZERS)} and one of {sorted(TOLERANCES)}")
-    batch = 4 * processes * devices if batch_size is None else _positive("batch_size", batch_size)
+
+
+def _check_split(batch: int, processes: int, devices: int, sides: Sequence[str]) -> None:
+    """The JAX side's equal shards over P x D devices, and a row for every torch rank."""
     if "jax" in sides and batch % (processes * devices):
         raise ComparisonError(
             f"compare_distributed: batch_size={batch} does not split into {processes} x {devices} equal shards, "
@@ -131,11 +140,3 @@ def _config(pair: str, imports: Sequence[str], *, processes: int, devices: int, 
         chunk_rows(batch, processes)
     except ValueError as error:
         raise ComparisonError(f"compare_distributed: {error}") from None
-    return WorkerConfig(pair, batch, steps, optimizer, dtype, seed, devices, float(rendezvous_timeout), sources)
-
-
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ComparisonError(f"compare_distributed: {name}={value!r}; pass a positive integer")
-    return value
-

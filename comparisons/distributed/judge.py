@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from comparisons.distributed.config import WorkerConfig, chunk_rows
-from comparisons.judge import compare_trees
+from comparisons.judge import Bounds, compare_trees
 from comparisons.placement import PlacementMap
 from comparisons.verdicts import Check
 
@@ -27,12 +27,12 @@ WHY = {
 
 
 def same(subject: str, compared: str, actual: Any, expected: Any, tol: float) -> Check:
-    return compare_trees(subject, compared, actual, expected, tol)
+    return compare_trees(subject, compared, actual, expected, Bounds(tol))
 
 
 def differs(subject: str, compared: str, actual: Any, expected: Any, tol: float, why: str) -> Check:
     """A measured difference that must be there; passes when it exceeds `tol` (it is not tolerated)."""
-    check = compare_trees(subject, compared, actual, expected, tol)
+    check = compare_trees(subject, compared, actual, expected, Bounds(tol))
     present = check.max_abs is not None and not check.passed
     return Check(f"{subject} (by design)", compared, present, check.max_abs, check.rel_norm, tol,
                  f"{WHY[why]}; measured, not tolerated: {check.detail}")

@@ -1,4 +1,4 @@
-"""compare()'s arguments and a user pair's functions, checked before any work runs.
+"""compare()'s arguments (through `Settings`) and a user pair's functions, checked before any work runs.
 
 Every message names the argument (or the pair and its function), the value, and the fix.
 Nothing here imports torch or JAX.
@@ -11,13 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from comparisons.errors import ComparisonError
-
-
-def positive(name: str, value: Any) -> int:
-    """`value` as an int >= 1 (numpy integers too; not bools, floats or strings)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ComparisonError(f"compare: {name}={value!r}{_type_of(value)}; pass a positive integer")
-    return int(value)
 
 
 def _type_of(value: Any) -> str:
@@ -143,10 +136,10 @@ def model_pair(pair: Any) -> Any:
     return pair
 
 
-def choice(name: str, value: Any, allowed: Sequence[str]) -> str:
+def choice(name: str, value: Any, allowed: Sequence[str], caller: str = "compare") -> str:
     """`value` when it is one of `allowed`."""
     if value not in allowed:
-        raise ComparisonError(f"compare: {name}={value!r} is not supported; use one of {', '.join(allowed)}")
+        raise ComparisonError(f"{caller}: {name}={value!r} is not supported; use one of {', '.join(allowed)}")
     return value
 
 

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from comparisons import judge
 from comparisons import runs as run_support
 from comparisons.errors import ComparisonError
 from comparisons.harness import _arguments as check
-from comparisons.harness._layers import add_layer_view, needs_layer_view
+from comparisons.harness._layers import layer_view_fields, needs_layer_view
+from comparisons.harness._settings import Settings
 from comparisons.harness._trajectory import with_trajectory
+from comparisons.models import Built, ModelPair
 from comparisons.placement import canonical_path
 from comparisons.runs import (
     OPTIMIZERS,
-    TORCH_DEVICES,
     BackendRun,
     Float64Reference,
     RunConfig,
@@ -33,21 +34,6 @@ from comparisons.runs import (
 )
 from comparisons.runs import torch_devices as torch_device_list
 from comparisons.verdicts import ComparisonReport
-
-
-class _StrategyNames(Sequence[str]):
-    """dp_jax.STRATEGIES, read on first use: importing dp_jax loads JAX, which importing comparisons must not."""
-
-    def __getitem__(self, index):
-        from dp_jax import STRATEGIES
-        return STRATEGIES[index]
-
-    def __len__(self) -> int:
-        from dp_jax import STRATEGIES
-        return len(STRATEGIES)
-
-
-STRATEGIES: Sequence[str] = _StrategyNames()
 
 
 def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Sequence[str] | None = None,
@@ -76,98 +62,132 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
       layers: add the layer view (every mapped layer torch beside Flax, the first divergence, each replica
         against one device on its chunk; docs/debugging_a_port.md). Without it, the view is added whenever a
         torch-vs-JAX check fails: one more forward per side (and per chunk for the replicas).
-    Every argument is checked before any work runs. JAX gets max(8, devices) CPU devices when it
+    Every argument is checked before any work runs (`Settings`). JAX gets max(8, devices) CPU devices when it
     has not started yet (else the error says how). Compiles one JAX program per strategy and chunk
     shape; float64 runs JAX under jax.enable_x64 (scoped to this call).
     """
     pair = check.model_pair(pair)
-    check.choice("dtype", dtype, tuple(judge.TOLERANCES))
-    dtype = "float64" if check.choice("precision", precision, PRECISIONS) == "float64" else dtype
-    optimizer = check.choice("optimizer", optimizer, tuple(OPTIMIZERS))
-    config = RunConfig(check.positive("batch_size", batch_size), check.positive("steps", steps), optimizer, dtype,
-                       check.seed(seed), pair.batch_axis)
-    rtol, atol = check.tolerance("rtol", rtol), check.tolerance("atol", atol)
-    check.choice("torch_devices", torch_devices, ("auto", *TORCH_DEVICES))
-    check.progress(progress)
-    devices = check.positive("devices", devices)
-    check.flag("layers", layers)
-    if not isinstance(padding, bool):
-        raise ComparisonError(f"compare: padding={padding!r} is not a bool; pass True to measure what padding "
-                              "the last chunk would change, or False")
-    chosen = check.strategies(check.strategy_names(strategies), STRATEGIES)
-    if padding and _runs_elsewhere(pair):
+    settings = Settings(batch_size=batch_size, devices=devices, strategies=strategies, steps=steps,
+                        optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=torch_devices, padding=padding,
+                        precision=precision, rtol=rtol, atol=atol, layers=layers, progress=progress)
+    return compare_settings(pair, settings)
+
+
+def compare_settings(pair: ModelPair | str, settings: Settings) -> ComparisonReport:
+    """compare() on `pair` (a ModelPair or a registered name) and its Settings: devices -> runs -> verdicts ->
+    notes, and one report built at the end."""
+    pair = check.model_pair(pair)
+    if settings.padding and pair.jax_side.in_worker:
         raise ComparisonError(f"compare: padding=True is not available for pair {pair.name!r}: its JAX side runs in "
                               "a worker process (traced by torchax); pass padding=False")
+    config = settings.run_config(pair.batch_axis)
     check.fits_in_memory(pair, config)
-    jax_list = jax_devices(devices)
-    kind = torch_kind(torch_devices, devices)
-    if torch_devices == "auto" and kind == "virtual":
-        install_virtual(devices)
-    torch_list, reference = torch_device_list(kind, devices)
-    with run_support.light_compiles(jax_list) as light:
-        report = ComparisonReport(
-            model=pair.name, batch_size=batch_size, devices=devices, chunk_sizes=[], strategies=chosen,
-            steps=steps, optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=kind,
-            tolerance=tolerance_record(dtype, precision, rtol, atol),
-            precision="float64" if dtype == "float64" else precision,
-            notes=[f"optimizer {optimizer}: {OPTIMIZERS[optimizer]} (torch.optim and optax alike)"])
-        freed = run_support.free_programs_near_map_limit()
-        if freed:
-            report.notes.append(freed)
-        if light:
-            report.notes.append(run_support.LIGHT_COMPILES_NOTE)
-        total = 2 * steps * (1 + len(chosen))  # DP and single-device, for torch and each strategy
-        tick = (lambda label: progress(label, total)) if progress else (lambda label: None)
-        in_float64 = _checks_in_float64(dtype, precision)
-        run, runs, jax64 = _run_all(_inputs(pair, config), chosen, (torch_list, reference), jax_list, tick,
-                                    in_float64)
-        tol = report.tolerance["rtol"]
-        float64 = _float64_reference(run, devices, jax_list[0], jax64) if in_float64 else None
-        tolerance = judge.Tolerance(tol, atol, float64, cross_cause="port" if dtype == "float64" else None)
-        report.chunk_sizes = runs[0].chunk_sizes
-        report.checks = (judge.judge_runs(pair, runs, tolerance, run.inputs)
-                         + judge.conversion_checks(pair, config.seed, dtype))
-        report.drift = judge.drift(pair, runs, float64)
-        report.placements = {run.label: run.placement for run in runs}
-        report.layers = {layer.torch: canonical_path(layer.flax) for layer in pair.mapping}
-        report.notes += [note for run in runs for note in run.notes] + judge.parametrisation_note(runs)
-        report.notes += judge.declared_notes(pair, runs)
-        if padding:
-            report.notes += _padding_section(run, chosen, runs[0], jax_list, tol)
-        if _runs_elsewhere(pair) and (layers or needs_layer_view(report.checks)):
-            report.notes.append("layer view: not available when the JAX side runs in another process (a traced pair)")
-        elif layers or needs_layer_view(report.checks):
-            with jax_precision(dtype):
-                add_layer_view(report, run, (torch_list, jax_list), (tol, atol), float64 is not None, asked=layers)
-        return report
+    devices = _devices(settings)
+    with run_support.light_compiles(devices.jax) as light:
+        notes = _opening_notes(settings, light)
+        built = _build(pair, config)
+        runs = _run_all(_inputs(pair, config), built, settings, devices)
+        verdicts = _judge(runs, built, settings)
+        notes += _notes(runs, built, settings, devices)
+        view = _layer_view(runs, verdicts, settings, devices)
+        return ComparisonReport(
+            **settings.header(pair.name, devices.kind), chunk_sizes=runs.runs[0].chunk_sizes, checks=verdicts.checks,
+            drift=verdicts.drift, placements={run.label: run.placement for run in runs.runs},
+            layers={layer.torch: canonical_path(layer.flax) for layer in pair.mapping},
+            notes=notes + view.notes, **view.fields)
 
 
-PRECISIONS = ("float64-check", "off", "float64")
+class Devices(NamedTuple):
+    """Where a comparison runs: torch's kind ("cuda", "virtual", "cpu"), its devices and reference device,
+    and JAX's devices."""
+
+    kind: str
+    torch: list
+    reference: Any
+    jax: list
 
 
-def _checks_in_float64(dtype: str, precision: str) -> bool:
-    """Whether a float32 run gets its float64 twin (dtype float64 is that check itself; "off" skips it)."""
-    return dtype == "float32" and precision != "off"
+def _devices(settings: Settings) -> Devices:
+    """Both frameworks' devices; "auto" on no GPUs installs virtual torch devices (process-global)."""
+    jax_list = jax_devices(settings.devices)
+    kind = torch_kind(settings.torch_devices, settings.devices)
+    if settings.torch_devices == "auto" and kind == "virtual":
+        install_virtual(settings.devices)
+    torch_list, reference = torch_device_list(kind, settings.devices)
+    return Devices(kind, torch_list, reference, jax_list)
 
 
-def tolerance_record(dtype: str, precision: str, rtol: float | None = None, atol: float | None = None) -> dict:
-    """A report's `tolerance`: the bounds used and where each came from (docs/report_schema.md)."""
-    measured = _checks_in_float64(dtype, precision)
-    derived = ("derived per leaf: 8 x the leaf's float32 rounding measured against the float64 run, at least "
-               "8 ulps of the subject's largest |value|" if measured else
-               f"derived per leaf: rtol x the leaf's largest |value|, at least 8 ulps ({dtype}) of the subject's "
-               "largest |value|")
-    return {"rtol": judge.TOLERANCES[dtype] if rtol is None else rtol,
-            "rtol_source": f"default for {dtype}" if rtol is None else "set by the user",
-            "atol": atol, "atol_source": derived if atol is None else "set by the user",
-            "float64_rtol": judge.TOLERANCES["float64"] if measured else None}
+class Runs(NamedTuple):
+    """torch's run and each JAX strategy's (`runs`), the inputs as they ran (`run`), and the float64 reference
+    (None without the float64 check)."""
+
+    run: RunInputs
+    runs: list[BackendRun]
+    float64: Float64Reference | None
 
 
-def _float64_reference(run: RunInputs, chunks: int, jax_device, jax_side=None) -> Float64Reference:
+class Verdicts(NamedTuple):
+    """Every check of the comparison and the torch-vs-JAX drift per step."""
+
+    checks: list
+    drift: list
+
+
+def _judge(runs: Runs, built: Built, settings: Settings) -> Verdicts:
+    """Every verdict on the runs, and the torch-vs-JAX drift per step."""
+    pair = runs.run.pair
+    bounds = judge.Bounds(settings.rtol_used, settings.atol, "port" if settings.dtype == "float64" else None)
+    checks = (judge.judge_runs(pair, runs.runs, bounds, runs.float64, runs.run.inputs)
+              + judge.conversion_checks(pair, settings.seed, settings.dtype, built=built))
+    return Verdicts(checks, judge.drift(pair, runs.runs, runs.float64))
+
+
+def _opening_notes(settings: Settings, light: bool) -> list[str]:
+    """The optimizer, and what this process does before the runs: programs freed near the map limit (now),
+    light compiles."""
+    freed = run_support.free_programs_near_map_limit()
+    return [f"optimizer {settings.optimizer}: {OPTIMIZERS[settings.optimizer]} (torch.optim and optax alike)",
+            *([freed] if freed else []), *([run_support.LIGHT_COMPILES_NOTE] if light else [])]
+
+
+def _notes(runs: Runs, built: Built, settings: Settings, devices: Devices) -> list[str]:
+    """The notes of the runs: each run's, the pair's declarations, and the padding section."""
+    notes = [note for run in runs.runs for note in run.notes] + judge.parametrisation_note(runs.runs)
+    notes += judge.declared_notes(runs.run.pair, runs.runs)
+    if settings.padding:
+        with jax_precision(settings.dtype):
+            notes += judge.padding_notes(runs.run, built, runs.runs[0], devices.jax, strategies=settings.strategies,
+                                         bounds=judge.Bounds(settings.rtol_used))  # atol derived, as ever
+    return notes
+
+
+class View(NamedTuple):
+    """The layer view's report fields (none when it did not run) and the notes it adds."""
+
+    fields: dict
+    notes: list[str]
+
+
+def _layer_view(runs: Runs, verdicts: Verdicts, settings: Settings, devices: Devices) -> View:
+    """The layer view's report fields when asked or when a torch-vs-JAX check failed, and its notes."""
+    if not (settings.layers or needs_layer_view(verdicts.checks)):
+        return View({}, [])
+    if not runs.run.pair.jax_side.captures_layers:
+        return View({}, ["layer view: not available when the JAX side runs in another process (a traced pair)"])
+    with jax_precision(settings.dtype):
+        return View(*layer_view_fields(runs.run, verdicts.checks, judge.Sides(devices.torch, devices.jax),
+                                       judge.Bounds(settings.rtol_used, settings.atol), runs.float64 is not None,
+                                       asked=settings.layers))
+
+
+def _float64_reference(run: RunInputs, built: Built, settings: Settings, jax_device: Any, jax_side=None
+                       ) -> Float64Reference:
     """Both frameworks' single-device run again in float64, on the same weights and the inputs cast (so the
     difference to the float32 run is the computation's rounding alone): one forward, backward and K steps
-    per framework, not per strategy. torch computes on the CPU; JAX on the first JAX device, under x64,
-    unless `jax_side` is that run already (a pair whose JAX side runs in a worker process)."""
+    per framework, not per strategy. torch computes on the CPU, on a float64 copy of the built module; JAX on
+    the first JAX device, under x64, on its weights converted again, unless `jax_side` is that run already (a
+    pair whose JAX side runs in a worker process)."""
+    import copy
     import dataclasses
 
     import numpy as np
@@ -181,21 +201,15 @@ def _float64_reference(run: RunInputs, chunks: int, jax_device, jax_side=None) -
 
     config = dataclasses.replace(run.config, dtype="float64")
     run64 = RunInputs(run.pair, config, tuple(wider(x) for x in run.inputs), wider(run.targets))
-    torch_module, flax_module, variables = _build(run.pair, config)
-    torch_side = run_torch_reference(run64, torch_module, chunks, torch.device("cpu"))
+    torch_module = copy.deepcopy(built.torch).to(torch.float64)
+    torch_side = run_torch_reference(run64, torch_module, settings.devices, torch.device("cpu"))
     if jax_side is not None:
         return Float64Reference(torch_side, jax_side)
+    side = run.pair.jax_side
+    variables = side.convert(run.pair, torch_module, built.flax, np.dtype("float64"))
     with jax_precision("float64"):
-        jax_side = run_jax_reference(run64, flax_module, variables, jax_device, chunks)
+        jax_side = run_jax_reference(run64, built.flax, variables, jax_device, settings.devices)
     return Float64Reference(torch_side, jax_side)
-
-
-def _padding_section(run: RunInputs, strategies, torch_run, jax_list, tol) -> list[str]:
-    """What uneven='pad' (a pmap port) would change, as labelled notes (judge/_padding.py): measured against
-    torch's DataParallel, never judged. Builds the pair again and trains once more per mapped strategy."""
-    with jax_precision(run.config.dtype):
-        return judge.padding_notes(run, _build(run.pair, run.config), torch_run, jax_list, strategies=strategies,
-                                   tol=tol)
 
 
 def _inputs(pair, config: RunConfig) -> RunInputs:
@@ -206,38 +220,45 @@ def _inputs(pair, config: RunConfig) -> RunInputs:
     return RunInputs(pair, config, inputs, targets)
 
 
-def _run_all(run: RunInputs, strategies, torch_side, jax_list, progress, float64: bool
-             ) -> tuple[RunInputs, list[BackendRun], Any]:
-    """torch's run on (its devices, its reference device), then one JAX run per strategy; `run` as they ran it
-    (recording every step when it has several and the record fits, harness/_trajectory.py); and the float64 JAX
-    reference when a pair runs its JAX side elsewhere (`run_jax_side`: the worker does both), else None."""
-    from comparisons.runs.jax_run import run_jax
+def _run_all(run: RunInputs, built: Built, settings: Settings, devices: Devices) -> Runs:
+    """torch's run on (its devices, its reference device), then one JAX run per strategy (in this process, or the
+    pair's JAX side runs them in its worker, with the float64 JAX reference); `run` as they ran it (recording
+    every step when it has several and the record fits, harness/_trajectory.py); the float64 reference."""
     from comparisons.runs.torch_run import run_torch
 
-    torch_module, flax_module, variables = _build(run.pair, run.config)
-    parameters = sum(p.numel() for p in torch_module.parameters())
-    run, notes = with_trajectory(run, parameters, len(strategies), float64)
-    runs = [run_torch(run, torch_module, *torch_side, progress=lambda: progress("torch"))]
+    parameters = sum(p.numel() for p in built.torch.parameters())
+    strategies = list(settings.strategies)
+    run, notes = with_trajectory(run, parameters, len(strategies), settings.in_float64)
+    tick = _ticks(settings.progress, 2 * settings.steps * (1 + len(strategies)))  # DP and single, torch and each
+    runs = [run_torch(run, built.torch, devices.torch, devices.reference, progress=lambda: tick("torch"))]
     runs[0].notes += notes
-    if _runs_elsewhere(run.pair):
-        jax_runs, jax64 = run.pair.run_jax_side(run, list(strategies), len(jax_list), float64)
+    side, jax64 = run.pair.jax_side, None
+    if side.in_worker:
+        jax_runs, jax64 = side.run_in_worker(run.pair, run, strategies, len(devices.jax), settings.in_float64)
         for jax_run in jax_runs:
             for _ in range(2 * run.config.steps):
-                progress(jax_run.label)
-        return run, runs + jax_runs, jax64
+                tick(jax_run.label)
+        runs += jax_runs
+    else:
+        runs += _jax_runs(run, built, strategies, devices.jax, tick)
+    float64 = _float64_reference(run, built, settings, devices.jax[0], jax64) if settings.in_float64 else None
+    return Runs(run, runs, float64)
+
+
+def _ticks(progress: Callable[[str, int], None] | None, total: int) -> Callable[[str], None]:
+    return (lambda label: progress(label, total)) if progress else (lambda label: None)
+
+
+def _jax_runs(run: RunInputs, built: Built, strategies: list[str], jax_list: list, tick) -> list[BackendRun]:
+    from comparisons.runs.jax_run import run_jax
+
     with jax_precision(run.config.dtype):
-        for strategy in strategies:
-            runs.append(run_jax(run, flax_module, variables, jax_list, strategy,
-                                progress=lambda s=strategy: progress(f"jax:{s}")))
-    return run, runs, None
+        return [run_jax(run, built.flax, built.variables, jax_list, strategy,
+                        progress=lambda s=strategy: tick(f"jax:{s}")) for strategy in strategies]
 
 
-def _runs_elsewhere(pair) -> bool:
-    """Whether `pair` runs its JAX side itself, in another process (comparisons.traced: torchax's trace)."""
-    return callable(getattr(pair, "run_jax_side", None))
-
-
-def _build(pair, config):
+def _build(pair: ModelPair, config: RunConfig) -> Built:
+    """The pair built once for the whole comparison (the runs, the float64 twin, padding, the conversion check)."""
     import numpy as np
 
     from comparisons.convert import ConversionError

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from comparisons import layers
-from comparisons.judge import SUBJECTS
+from comparisons.judge import SUBJECTS, Bounds, Sides
 from comparisons.runs import RunInputs
-from comparisons.verdicts import Check, ComparisonReport
+from comparisons.verdicts import Check
 
 
 def needs_layer_view(checks: Sequence[Check]) -> bool:
@@ -15,26 +14,25 @@ def needs_layer_view(checks: Sequence[Check]) -> bool:
     return any(not c.passed and c.subject in SUBJECTS and c.compared.startswith("torch DP vs jax") for c in checks)
 
 
-def add_layer_view(report: ComparisonReport, run: RunInputs, devices: tuple[Sequence[Any], Sequence[Any]],
-                   tol: tuple[float, float | None], float64: bool, *, asked: bool) -> None:
-    """Fill `layer_view`, `first_divergence` and `replica_divergences` of `report` (every rendering shows them).
+def layer_view_fields(run: RunInputs, checks: Sequence[Check], devices: Sides, bounds: Bounds, float64: bool, *,
+                      asked: bool) -> tuple[dict, list[str]]:
+    """The report's `layer_view`, `first_divergence` and `replica_divergences` (every rendering shows them), and
+    the notes the view adds. `devices`: each framework's device list; `bounds`: the comparison's.
 
     Costs the view's forwards (layers.layer_view) and one forward per chunk per backend for the replicas.
     `asked`: the user asked for the view, so an error in it is raised; added on its own (a check failed), an
     error leaves the three fields null and a note that names it, and the verdicts stand."""
     try:
-        _fill(report, run, devices, tol, float64)
+        return _fields(run, checks, devices, bounds, float64), []
     except Exception as error:  # noqa: BLE001 (a diagnostic added unasked must not hide the verdicts)
         if asked:
             raise
-        report.layer_view = report.first_divergence = report.replica_divergences = None
-        report.notes.append(f"layer view: could not run ({type(error).__name__}: {error}); the checks above stand; "
-                            "compare(..., layers=True) raises it with its traceback")
+        return ({"layer_view": None, "first_divergence": None, "replica_divergences": None},
+                [f"layer view: could not run ({type(error).__name__}: {error}); the checks above stand; "
+                 "compare(..., layers=True) raises it with its traceback"])
 
 
-def _fill(report: ComparisonReport, run: RunInputs, devices, tol, float64: bool) -> None:
-    rtol, atol = tol
-    view = layers.layer_view(run, report.checks, rtol=rtol, atol=atol, float64=float64)
-    report.layer_view = view.row_dicts()
-    report.first_divergence = view.first_divergence
-    report.replica_divergences = layers.replica_divergences(run, *devices, rtol=rtol, atol=atol)
+def _fields(run: RunInputs, checks: Sequence[Check], devices: Sides, bounds: Bounds, float64: bool) -> dict:
+    view = layers.layer_view(run, checks, bounds=bounds, float64=float64)
+    return {"layer_view": view.row_dicts(), "first_divergence": view.first_divergence,
+            "replica_divergences": layers.replica_divergences(run, devices.torch, devices.flax, bounds=bounds)}

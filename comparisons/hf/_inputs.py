@@ -8,13 +8,12 @@ row is masked or padded by accident. Labels match the head's logits, read once f
 """
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from comparisons.errors import ComparisonError
+from comparisons.errors import ComparisonError, positive_integer
 
 MakeInputs = Callable[[int, int, Any], tuple]
 _SPECIAL_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id", "sep_token_id", "cls_token_id",
@@ -48,10 +47,8 @@ def image_inputs(channels: int, size: int, classes: int) -> MakeInputs:
 
 def _positive(function: str, **arguments: Any) -> None:
     for argument, value in arguments.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            kind = "" if type(value) is int else f" (a {type(value).__name__})"
-            raise ComparisonError(f"hf.{function}: {argument}={value!r}{kind}; pass a positive integer, e.g. "
-                                  f"{function}({argument}=8, ...)")
+        positive_integer(value, argument=argument, caller=f"hf.{function}",
+                         example=f", e.g. {function}({argument}=8, ...)")
 
 
 def model_inputs(torch_model: Any) -> tuple[dict[str, Callable], list[str]]:

@@ -1,5 +1,6 @@
 """Judging: arrays, placement maps and a pair's declarations in, `Check`s (verdicts) out.
 
+    _bounds.py     Bounds (rtol, atol, cause): how numbers are judged; Sides (torch, flax): one value per side
     _leaves.py     judge_leaf: one leaf element by element at its own scale; the failure kinds
     _numerics.py   compare_trees: two trees, every leaf on its own; TOLERANCES (rtol) per dtype; hints
     _precision.py  judge_cross: float64 tells a port difference from rounding; measured_rounding
@@ -12,6 +13,7 @@
 
 Above runs/ and placement/; harness/ and render/ build on it.
 """
+from comparisons.judge._bounds import Bounds, Sides
 from comparisons.judge._declared import checks as declared_checks
 from comparisons.judge._declared import conversion_checks, cross
 from comparisons.judge._declared import notes as declared_notes
@@ -22,9 +24,9 @@ from comparisons.judge._padding import padding_notes
 from comparisons.judge._padding_row import padding_row_checks
 from comparisons.judge._placement import check_aliasing, compare_placement, layer_of
 from comparisons.judge._precision import judge_cross, larger, measured_rounding
-from comparisons.judge._runs import SUBJECTS, Tolerance, judge_runs, parametrisation_note
+from comparisons.judge._runs import SUBJECTS, judge_runs, parametrisation_note
 
-__all__ = ["SUBJECTS", "TOLERANCES", "Tolerance", "check_aliasing", "classify_drift", "compare_placement",
+__all__ = ["SUBJECTS", "TOLERANCES", "Bounds", "Sides", "check_aliasing", "classify_drift", "compare_placement",
            "compare_trees", "conversion_checks", "cross", "declared_checks", "declared_notes", "drift", "drift_line",
            "flatten", "judge_cross", "judge_runs", "larger", "layer_of", "measured_rounding", "padding_notes",
            "padding_row_checks", "parametrisation_note", "relative_gap"]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from comparisons.judge import _padding_row
+from comparisons.judge._bounds import Bounds, Sides
 from comparisons.judge._numerics import compare_trees, flatten
 from comparisons.placement import canonical_path
 from comparisons.verdicts import Check
@@ -22,8 +23,13 @@ from comparisons.verdicts import Check
 _TORCH_BN_MOMENTUM = 0.1  # torch.nn.BatchNorm's default; transformers' models keep it
 
 
-def cross(pair: Any, subject: str, jax_value: Any, torch_value: Any) -> tuple[Any, Any]:
+def cross(pair: Any, subject: str, jax_value: Any, torch_value: Any) -> Sides:
     """The two sides of a torch-vs-JAX check, without declared one-sided leaves or known differences."""
+    return Sides(*reversed(_cross(pair, subject, jax_value, torch_value)))
+
+
+def _cross(pair: Any, subject: str, jax_value: Any, torch_value: Any) -> tuple[Any, Any]:
+    """(JAX side, torch side) of `cross`."""
     if subject == "outputs":
         return _drop(jax_value, pair.is_flax_only), _drop(torch_value, pair.is_torch_only)
     if _padding_row.applies(pair, subject):  # row p is measured on its own (padding_row_checks)
@@ -44,7 +50,8 @@ def island_checks(pair: Any, runs: list, reference: Any, checks: list[Check]) ->
     JAX run that passes when that run's torch-vs-JAX outputs check does (judged at float32's bound)."""
     if "float32_islands" not in pair.known_differences or reference is None:
         return []
-    jax64, torch64 = cross(pair, "outputs", reference.jax.outputs, reference.torch.outputs)
+    sides = cross(pair, "outputs", reference.jax.outputs, reference.torch.outputs)
+    jax64, torch64 = sides.flax, sides.torch
     shared = [p for p in jax64 if p in torch64 and np.shape(jax64[p]) == np.shape(torch64[p])]
     gap = max((float(np.abs(np.asarray(jax64[p], np.float64) - np.asarray(torch64[p], np.float64)).max())
                for p in shared), default=0.0)
@@ -66,8 +73,8 @@ def _drop(tree: Any, declared) -> dict:
 
 
 def checks(pair: Any, runs: list, tol: float, inputs: tuple | None = None) -> list[Check]:
-    """The unused-parameter check and one check per declared known difference, for each JAX run
-    (`inputs`: the run's, which tell whether a padding row's difference is explained)."""
+    """The unused-parameter check and one check per declared known difference, for each JAX run, at the
+    rtol `tol` (`inputs`: the run's, which tell whether a padding row's difference is explained)."""
     torch_run, found = runs[0], []
     # DataParallel gives such a parameter a zero gradient (replicate's backward sums zeros); a
     # single-device run leaves it None, so the reference run is the one that tells.
@@ -194,18 +201,19 @@ def _paths(run: Any) -> list[str]:
     return sorted(names | set(flatten(run.dp.outputs)))
 
 
-def conversion_checks(pair: Any, seed: int, dtype: str) -> list[Check]:
+def conversion_checks(pair: Any, seed: int, dtype: str, *, built: Any = None) -> list[Check]:
     """Variables converted by another tool (`pair.variables`) against this pair's own conversion, bitwise.
 
-    The compared run uses the given variables; this says whether they are the torch weights.
+    The compared run uses the given variables; this says whether they are the torch weights. `built`: the
+    pair as the comparison built it (seed, dtype), else it is built here.
     """
     if pair.variables is None:
         return []
 
-    torch_module, flax_module, given = pair.build(seed=seed, dtype=np.dtype(dtype))
+    torch_module, flax_module, given = built if built is not None else pair.build(seed=seed, dtype=np.dtype(dtype))
     ours = pair.torch_to_flax(torch_module.state_dict(), like=pair.flax_shapes(flax_module))
-    check = compare_trees("conversion", "given variables vs the torch weights converted by path", given, ours, 0.0,
-                           atol=0.0, sides=("the given variables", "ours"))
+    check = compare_trees("conversion", "given variables vs the torch weights converted by path", given, ours,
+                           Bounds(0.0, 0.0), sides=("the given variables", "ours"))
     if check.passed:
         check = dataclasses.replace(
             check, detail=f"bitwise equal ({len(flatten(ours))} leaves); the run uses the given variables")

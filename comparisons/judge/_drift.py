@@ -68,8 +68,9 @@ def drift(pair: Any, runs: Sequence[BackendRun], reference: Float64Reference | N
 
 
 def _step_gaps(pair: Any, jax_steps: Trajectory, torch_steps: Trajectory, k: int) -> dict[str, float]:
+    gradients = cross(pair, "gradients", jax_steps.gradients[k], torch_steps.gradients[k])
     return {"loss": loss_gap(jax_steps.losses[k], torch_steps.losses[k]),
-            "gradients": relative_gap(*cross(pair, "gradients", jax_steps.gradients[k], torch_steps.gradients[k])),
+            "gradients": relative_gap(gradients.flax, gradients.torch),
             "params": relative_gap(jax_steps.params[k], torch_steps.params[k])}
 
 

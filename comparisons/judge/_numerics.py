@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from comparisons.judge._bounds import Bounds
 from comparisons.judge._leaves import judge_leaf, leaf_atol
 from comparisons.runs import to_numpy
 from comparisons.verdicts import Check, Leaf
@@ -36,10 +37,11 @@ def subject_scale(tree: Mapping[str, np.ndarray]) -> float:
     return max(peaks, default=0.0)
 
 
-def judge_leaves(actual: Any, expected: Any, tol: float, *, atol: float | None = None,
-                 rounding: Mapping[str, float] | None = None, sides: tuple[str, str] = ("actual", "expected"),
-                 ) -> tuple[list[Leaf], float | None]:
-    """Every leaf's verdict (missing and extra ones too) and the tree's relative norm, for `compare_trees`."""
+def judge_leaves(actual: Any, expected: Any, bounds: Bounds, *, rounding: Mapping[str, float] | None = None,
+                 sides: tuple[str, str] = ("actual", "expected")) -> tuple[list[Leaf], float | None]:
+    """Every leaf's verdict (missing and extra ones too) and the tree's relative norm, for `compare_trees`
+    (`bounds.cause` is not written here)."""
+    tol, atol = bounds.rtol, bounds.atol
     a, e = flatten(actual), flatten(expected)
     scale = subject_scale(e)
     leaves = [Leaf(path, None, None, False, kind="missing", message=f"`{path}` is in {sides[1]} but not in "
@@ -64,23 +66,22 @@ def _rel_norm(a: dict, e: dict) -> float | None:
     return float(diff / ref) if ref > 0 else (0.0 if diff == 0 else None)
 
 
-def compare_trees(subject: str, compared: str, actual: Any, expected: Any, tol: float, *,
-                  atol: float | None = None, rounding: Mapping[str, float] | None = None,
-                  sides: tuple[str, str] = ("actual", "expected"), cause: str | None = None) -> Check:
-    """A Check on two trees, leaf by leaf, each at its own scale; `tol` is the rtol.
+def compare_trees(subject: str, compared: str, actual: Any, expected: Any, bounds: Bounds, *,
+                  rounding: Mapping[str, float] | None = None, sides: tuple[str, str] = ("actual", "expected")
+                  ) -> Check:
+    """A Check on two trees, leaf by leaf, each at its own scale, under `bounds` (its rtol, its atol: one bound
+    on entries near zero for every leaf, else derived per leaf; its cause on every leaf that differs).
 
     Args:
-      atol: one bound on entries near zero for every leaf (the user's), else derived per leaf.
       rounding: {path: measured float32 rounding} for the derived atol (judge/_leaves.py).
       sides: the actual and the expected side's names, for the messages.
-      cause: written on every leaf that differs (e.g. "data_parallel" for DP vs single); "port" (a float64
-        run's torch vs JAX) goes on failing leaves, and "rounding" on the ones that differ within the bound.
     """
-    leaves, rel_norm = judge_leaves(actual, expected, tol, atol=atol, rounding=rounding, sides=sides)
+    leaves, rel_norm = judge_leaves(actual, expected, bounds, rounding=rounding, sides=sides)
+    cause = bounds.cause
     if cause is not None:
         leaves = [with_cause(leaf, "rounding" if cause == "port" and leaf.passed else cause) for leaf in leaves]
     leaves = [hint(subject, leaf, sides) for leaf in leaves]
-    return summarise(subject, compared, leaves, rel_norm, tol)
+    return summarise(subject, compared, leaves, rel_norm, bounds.rtol)
 
 
 def with_cause(leaf: Leaf, cause: str | None) -> Leaf:
@@ -104,7 +105,7 @@ def hint(subject: str, leaf: Leaf, sides: tuple[str, str]) -> Leaf:
     return dataclasses.replace(leaf, message=f"{leaf.message}; {extra}") if extra else leaf
 
 
-def summarise(subject: str, compared: str, leaves: list[Leaf], rel_norm: float | None, tol: float,
+def summarise(subject: str, compared: str, leaves: list[Leaf], rel_norm: float | None, rtol: float,
               cause: str | None = None) -> Check:
     """The Check of judged leaves: passed when each passed; detail names every failing leaf (first 4). Its
     cause, unless given: "port" when a leaf is a port difference, else "rounding" when one differs by rounding."""
@@ -115,7 +116,7 @@ def summarise(subject: str, compared: str, leaves: list[Leaf], rel_norm: float |
     figures = [leaf.max_abs for leaf in leaves if leaf.max_abs is not None]
     max_abs = max(figures, default=None)
     if not leaves:
-        return Check(subject, compared, True, 0.0, 0.0, tol, "nothing to compare")
+        return Check(subject, compared, True, 0.0, 0.0, rtol, "nothing to compare")
     if failing:
         shown = "; ".join(leaf.message for leaf in failing[:4])
         more = f" (+{len(failing) - 4} more failing leaves)" if len(failing) > 4 else ""
@@ -123,5 +124,5 @@ def summarise(subject: str, compared: str, leaves: list[Leaf], rel_norm: float |
     else:
         worst = max(leaves, key=lambda leaf: (leaf.max_abs or 0.0) / leaf.atol if leaf.atol else (leaf.max_abs or 0.0))
         detail = (f"{len(leaves)} leaves; closest to its bound: {worst.path} |Δ| {worst.max_abs or 0.0:.3g} "
-                  f"(atol {worst.atol or 0.0:.2g}, rtol {tol:g})")
-    return Check(subject, compared, not failing, max_abs, rel_norm, tol, detail, tuple(leaves), cause)
+                  f"(atol {worst.atol or 0.0:.2g}, rtol {rtol:g})")
+    return Check(subject, compared, not failing, max_abs, rel_norm, rtol, detail, tuple(leaves), cause)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from comparisons.judge import _declared as declared
+from comparisons.judge._bounds import Bounds
 from comparisons.judge._numerics import compare_trees
 from comparisons.judge._runs import SUBJECTS
 from comparisons.runs import BackendRun, RunInputs
@@ -21,8 +22,9 @@ MODE = "pad_unchecked"
 
 
 def padding_notes(run: RunInputs, built: tuple[Any, Any, Any], torch_run: BackendRun, devices: Sequence[Any], *,
-                  strategies: Sequence[str], tol: float) -> list[str]:
-    """The padding section's lines: one headline, then one line per (mapped strategy, subject).
+                  strategies: Sequence[str], bounds: Bounds) -> list[str]:
+    """The padding section's lines: one headline, then one line per (mapped strategy, subject), each measured
+    under `bounds` (its cause unused: nothing here is judged).
 
     `built` is the pair's (torch module, flax module, variables) as the comparison built them.
     Trains once more per mapped strategy among `strategies` ('pmap' when none is chosen), eagerly.
@@ -45,11 +47,11 @@ def padding_notes(run: RunInputs, built: tuple[Any, Any, Any], torch_run: Backen
     _, flax_module, variables = built
     for strategy in mapped:
         padded = run_padded(run, flax_module, variables, devices, strategy)
-        lines += [_line(check) for check in _measure(pair, padded, torch_run, strategy, tol)]
+        lines += [_line(check) for check in _measure(pair, padded, torch_run, strategy, bounds)]
     return lines
 
 
-def _measure(pair, padded, torch_run, strategy, tol) -> list:
+def _measure(pair, padded, torch_run, strategy, bounds: Bounds) -> list:
     snapshot, parameter_count = padded
     checks = []
     for subject in SUBJECTS:
@@ -57,9 +59,9 @@ def _measure(pair, padded, torch_run, strategy, tol) -> list:
             continue
         if subject == "params_after_steps" and parameter_count != torch_run.parameter_count:
             continue  # the two sides parametrise differently (see the report's note)
-        checks.append(compare_trees(subject, f"torch DP vs jax:{strategy} padded",
-                                    *declared.cross(pair, subject, getattr(snapshot, subject),
-                                                    getattr(torch_run.dp, subject)), tol))
+        sides = declared.cross(pair, subject, getattr(snapshot, subject), getattr(torch_run.dp, subject))
+        checks.append(compare_trees(subject, f"torch DP vs jax:{strategy} padded", sides.flax, sides.torch,
+                                    bounds._replace(cause=None)))
     return checks
 
 

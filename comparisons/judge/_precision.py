@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from comparisons.judge._bounds import Bounds, Sides
 from comparisons.judge._numerics import TOLERANCES, flatten, hint, judge_leaves, summarise, with_cause
 from comparisons.verdicts import Check, Leaf
 
@@ -41,24 +42,26 @@ def larger(*roundings: Mapping[str, float]) -> dict[str, float]:
     return {path: max(r[path] for r in roundings) for path in shared}
 
 
-def judge_cross(subject: str, compared: str, float32: tuple[Any, Any], float64: tuple[Any, Any], tol: float, *,
-                atol: float | None, rounding: Mapping[str, float], sides: tuple[str, str],
-                float32_islands: bool = False) -> Check:
-    """A torch-vs-JAX check with a cause on each leaf that differs: `float32` and `float64` are (actual,
-    expected) trees, `rounding` the larger measured float32 rounding per path. With `float32_islands`
-    (a declared known difference: part of the model stays float32 in the float64 runs) the float64
-    runs are judged at the float32 bound, which still catches a port difference beyond it."""
-    in32, rel_norm = judge_leaves(*float32, tol, atol=atol, rounding=rounding, sides=sides)
+def judge_cross(subject: str, compared: str, float32: Sides, float64: Sides, bounds: Bounds, *,
+                rounding: Mapping[str, float], labels: Sides, float32_islands: bool = False) -> Check:
+    """A torch-vs-JAX check with a cause on each leaf that differs: the JAX side's tree judged against torch's
+    in float32 under `bounds` and in float64, `rounding` the larger measured float32 rounding per path,
+    `labels` each side's name in the messages. With `float32_islands` (a declared known difference: part of
+    the model stays float32 in the float64 runs) the float64 runs are judged at the float32 bound, which still
+    catches a port difference beyond it."""
+    sides = (labels.flax, labels.torch)
+    in32, rel_norm = judge_leaves(float32.flax, float32.torch, Bounds(bounds.rtol, bounds.atol), rounding=rounding,
+                                  sides=sides)
     sides64 = ("jax float64", "torch float64")
-    scale, rtol64 = (1.0, tol) if float32_islands else (_TO_FLOAT64, TOLERANCES["float64"])
+    scale, rtol64 = (1.0, bounds.rtol) if float32_islands else (_TO_FLOAT64, TOLERANCES["float64"])
     if float32_islands:  # an island may also return float32 (GPT-J's torch logits): weigh values, not dtypes
-        float64 = tuple({path: np.asarray(leaf, np.float64) if np.issubdtype(np.asarray(leaf).dtype, np.floating)
-                         else leaf for path, leaf in flatten(tree).items()} for tree in float64)
+        float64 = Sides(*({path: np.asarray(leaf, np.float64) if np.issubdtype(np.asarray(leaf).dtype, np.floating)
+                           else leaf for path, leaf in flatten(tree).items()} for tree in float64))
     scaled = {path: r * scale for path, r in rounding.items()}
-    in64, _ = judge_leaves(*float64, rtol64, rounding=scaled, sides=sides64)
+    in64, _ = judge_leaves(float64.flax, float64.torch, Bounds(rtol64), rounding=scaled, sides=sides64)
     by_path = {leaf.path: hint(subject, leaf, sides64) for leaf in in64}
     leaves = [_cause(hint(subject, leaf, sides), by_path.get(leaf.path)) for leaf in in32]
-    return summarise(subject, compared, leaves, rel_norm, tol)
+    return summarise(subject, compared, leaves, rel_norm, bounds.rtol)
 
 
 def _cause(leaf: Leaf, in64: Leaf | None) -> Leaf:

@@ -7,9 +7,10 @@ every torch-vs-JAX leaf that differs gets a cause, port or rounding (judge/_prec
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 from comparisons.judge import _declared as declared
+from comparisons.judge._bounds import Bounds, Sides
 from comparisons.judge._numerics import compare_trees
 from comparisons.judge._placement import check_aliasing, compare_placement
 from comparisons.judge._precision import judge_cross, larger, measured_rounding
@@ -19,30 +20,21 @@ from comparisons.verdicts import Check
 SUBJECTS = ("outputs", "gradients", "batch_stats", "params_after_steps")
 
 
-@dataclasses.dataclass(frozen=True)
-class Tolerance:
-    """How numbers are judged: `rtol`, the user's `atol` (None: derived per leaf), and the cause a float64 run
-    gives torch-vs-JAX failures when there is no float64 reference ("port" when the run is float64)."""
-
-    rtol: float
-    atol: float | None = None
-    reference: Float64Reference | None = None
-    cross_cause: str | None = None
-
-
-def judge_runs(pair: Any, runs: list[BackendRun], tol: Tolerance, inputs: tuple | None = None) -> list[Check]:
-    """Every verdict on `runs` (torch's first, then one per JAX strategy) under `tol`; `inputs`, the runs'
-    inputs, tell a declared padding row's difference explained or not."""
+def judge_runs(pair: Any, runs: list[BackendRun], bounds: Bounds, reference: Float64Reference | None = None,
+               inputs: tuple | None = None) -> list[Check]:
+    """Every verdict on `runs` (torch's first, then one per JAX strategy) under `bounds` (its cause: what a
+    torch-vs-JAX leaf that differs is blamed on without a float64 `reference`, "port" when the run is float64);
+    `inputs`, the runs' inputs, tell a declared padding row's difference explained or not."""
     torch_run, checks = runs[0], []
+    tol = _Judged(bounds, reference)
     for subject in SUBJECTS:
         if subject == "batch_stats" and not pair.has_batch_stats:
             continue
         rounding = {run.label: _rounding(run, subject, tol.reference) for run in runs}
         for run in runs:
             checks.append(compare_trees(subject, f"{run.label} DP vs single", getattr(run.dp, subject),
-                                        getattr(run.single, subject), tol.rtol, atol=tol.atol,
-                                        rounding=rounding[run.label], sides=(f"{run.label} DP", f"{run.label} single"),
-                                        cause="data_parallel"))
+                                        getattr(run.single, subject), bounds._replace(cause="data_parallel"),
+                                        rounding=rounding[run.label], sides=(f"{run.label} DP", f"{run.label} single")))
         for run in runs[1:]:
             if subject == "params_after_steps" and run.parameter_count != torch_run.parameter_count:
                 continue  # see parametrisation_note
@@ -55,8 +47,15 @@ def judge_runs(pair: Any, runs: list[BackendRun], tol: Tolerance, inputs: tuple 
                                         padded_replica=run.padded_replica))
     checks += [check_aliasing(run.placement, run.label) for run in runs
                if any(r.replica is not None and r.role == "param" for r in run.placement)]
-    return (checks + declared.checks(pair, runs, tol.rtol, inputs)
-            + declared.island_checks(pair, runs, tol.reference, checks))
+    return (checks + declared.checks(pair, runs, bounds.rtol, inputs)
+            + declared.island_checks(pair, runs, reference, checks))
+
+
+class _Judged(NamedTuple):
+    """The bounds of one comparison and its float64 reference (None without one), as its checks read them."""
+
+    bounds: Bounds
+    reference: Float64Reference | None
 
 
 def _where_next(checks: list[Check]) -> list[Check]:
@@ -76,21 +75,22 @@ def _rounding(run: BackendRun, subject: str, reference: Float64Reference | None)
                                                                     else reference.jax, subject))
 
 
-def _cross(pair: Any, subject: str, torch_run: BackendRun, run: BackendRun, tol: Tolerance, rounding: dict) -> Check:
-    compared, sides = f"torch DP vs {run.label} DP", (f"{run.label} DP", "torch DP")
+def _cross(pair: Any, subject: str, torch_run: BackendRun, run: BackendRun, tol: _Judged, rounding: dict) -> Check:
+    compared, labels = f"torch DP vs {run.label} DP", Sides(torch="torch DP", flax=f"{run.label} DP")
     float32 = declared.cross(pair, subject, getattr(run.dp, subject), getattr(torch_run.dp, subject))
     if tol.reference is None:
-        return compare_trees(subject, compared, *float32, tol.rtol, atol=tol.atol, sides=sides, cause=tol.cross_cause)
+        return compare_trees(subject, compared, float32.flax, float32.torch, tol.bounds,
+                             sides=(labels.flax, labels.torch))
     float64 = declared.cross(pair, subject, getattr(tol.reference.jax, subject), getattr(tol.reference.torch, subject))
-    return judge_cross(subject, compared, float32, float64, tol.rtol, atol=tol.atol,
-                       rounding=larger(rounding["torch"], rounding[run.label]), sides=sides,
+    return judge_cross(subject, compared, float32, float64, tol.bounds,
+                       rounding=larger(rounding["torch"], rounding[run.label]), labels=labels,
                        float32_islands="float32_islands" in pair.known_differences)
 
 
-def _compiled_vs_eager(runs: list[BackendRun], tol: Tolerance) -> list[Check]:
+def _compiled_vs_eager(runs: list[BackendRun], tol: _Judged) -> list[Check]:
     """dp_jax's compiled step (what trained) against its eager path (jax.grad around apply)."""
     return [compare_trees(subject, f"{run.label} compiled step vs eager", getattr(run.dp, subject),
-                          getattr(run.eager, subject), tol.rtol, atol=tol.atol,
+                          getattr(run.eager, subject), tol.bounds._replace(cause=None),
                           rounding=_rounding(run, subject, tol.reference),
                           sides=(f"{run.label} compiled", f"{run.label} eager"))
             for run in runs if run.eager is not None for subject in ("gradients", "params_after_steps")]

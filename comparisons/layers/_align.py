@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from comparisons.convert import RULES, Layer
-from comparisons.judge import compare_trees, judge_cross, larger, measured_rounding
-from comparisons.layers._forward import Forward
-from comparisons.layers._records import Bounds, Call, Row, Side
+from comparisons.judge import Bounds, Sides, compare_trees, judge_cross, larger, measured_rounding
+from comparisons.layers._records import Call, Row, Side
 from comparisons.verdicts import Leaf
 
 Pairs = list[tuple[int, int, Call | None, Call | None]]  # (layer, call number, torch call, Flax call)
@@ -38,18 +36,18 @@ def pair_calls(torch_calls: Sequence[Call], flax_calls: Sequence[Call]) -> Pairs
     return pairs
 
 
-def rows(mapping: Sequence[Layer], float32: tuple[Forward, Forward], float64: tuple[Forward, Forward] | None,
-         tol: Bounds) -> list[Row]:
-    """Every row of the view, judged under `tol`."""
-    wide = {} if float64 is None else {(layer, k): (t, f) for layer, k, t, f in
-                                       pair_calls(float64[0].calls, float64[1].calls)}
+def rows(mapping: Sequence[Layer], float32: Sides, float64: Sides | None, tol: Bounds) -> list[Row]:
+    """Every row of the view, judged under `tol`: `float32` and `float64` are each side's `Forward`."""
+    wide = {} if float64 is None else {(layer, k): Sides(t, f) for layer, k, t, f in
+                                       pair_calls(float64.torch.calls, float64.flax.calls)}
     found = []
-    for layer_index, k, torch_call, flax_call in pair_calls(float32[0].calls, float32[1].calls):
+    for layer_index, k, torch_call, flax_call in pair_calls(float32.torch.calls, float32.flax.calls):
         layer = mapping[layer_index]
-        t64, f64 = wide.get((layer_index, k), (None, None))
-        sides = [judge_side(f"{layer.torch}.{name}", _value(layer, torch_call, name, torch=True),
-                            _value(layer, flax_call, name), _value(layer, t64, name, torch=True),
-                            _value(layer, f64, name), tol=tol, measured=float64 is not None or tol.cause is not None)
+        calls64 = wide.get((layer_index, k), Sides(None, None))
+        sides = [judge_side(f"{layer.torch}.{name}",
+                            Sides(_value(layer, torch_call, name, torch=True), _value(layer, flax_call, name)),
+                            Sides(_value(layer, calls64.torch, name, torch=True), _value(layer, calls64.flax, name)),
+                            tol=tol, measured=float64 is not None or tol.cause is not None)
                  for name in ("input", "output")]
         found.append(Row(layer.torch, layer.flax, layer.kind, k, *sides))
     return found
@@ -62,18 +60,19 @@ def _value(layer: Layer, call: Call | None, name: str, *, torch: bool = False) -
     return getattr(RULES[layer.kind].activations, name + "s")(value)
 
 
-def judge_side(path: str, torch32, flax32, torch64, flax64, *, tol: Bounds, measured: bool) -> Side:
-    """One row side, torch against Flax (arrays in Flax's layout); `measured`: a cause is known (the float64
-    forwards ran, or the run is float64)."""
+def judge_side(path: str, float32: Sides, float64: Sides, *, tol: Bounds, measured: bool) -> Side:
+    """One row side, torch against Flax (arrays in Flax's layout) in float32 and, where it ran, float64;
+    `measured`: a cause is known (the float64 forwards ran, or the run is float64)."""
+    (torch32, flax32), (torch64, flax64) = float32, float64
     if torch32 is None or flax32 is None:
         absent = "torch" if torch32 is None else "Flax"
         return Side(None, None, "missing", message=f"`{path}`: no value on the {absent} side (no call, a call "
                     "without a tensor, or one inside a JAX transform such as nn.scan)")
     torch32, flax32 = broadcast(torch32, flax32)
     torch64, flax64 = broadcast(_widened(torch64), _widened(flax64))
-    return side_of(judge_trees(path, ({path: flax32}, {path: torch32}),
+    return side_of(judge_trees(path, Sides({path: torch32}, {path: flax32}),
                                None if torch64 is None or flax64 is None
-                               else ({path: flax64}, {path: torch64}), tol), measured)
+                               else Sides({path: torch64}, {path: flax64}), tol), measured)
 
 
 def _widened(value: np.ndarray | None) -> np.ndarray | None:
@@ -97,18 +96,15 @@ def broadcast(a: np.ndarray | None, b: np.ndarray | None) -> tuple[np.ndarray | 
     return np.broadcast_to(a, shape), np.broadcast_to(b, shape)
 
 
-def judge_trees(subject: str, float32: tuple[Any, Any], float64: tuple[Any, Any] | None,
-                tol: Bounds) -> list[Leaf]:
-    """The leaves of (Flax, torch) trees judged torch against JAX, with a cause when float64 trees are given
+def judge_trees(subject: str, float32: Sides, float64: Sides | None, tol: Bounds) -> list[Leaf]:
+    """The leaves of the two sides' trees judged torch against JAX, with a cause when float64 trees are given
     (else `tol.cause`)."""
-    rtol, atol, cause = tol
-    sides = ("jax", "torch")
+    labels = Sides(torch="torch", flax="jax")
     if float64 is None:
-        return list(compare_trees(subject, "torch vs jax", *float32, rtol, atol=atol, sides=sides,
-                                  cause=cause).leaves)
-    rounding = larger(measured_rounding(float32[1], float64[1]), measured_rounding(float32[0], float64[0]))
-    return list(judge_cross(subject, "torch vs jax", float32, float64, rtol, atol=atol, rounding=rounding,
-                            sides=sides).leaves)
+        return list(compare_trees(subject, "torch vs jax", float32.flax, float32.torch, tol,
+                                  sides=(labels.flax, labels.torch)).leaves)
+    rounding = larger(measured_rounding(float32.torch, float64.torch), measured_rounding(float32.flax, float64.flax))
+    return list(judge_cross(subject, "torch vs jax", float32, float64, tol, rounding=rounding, labels=labels).leaves)
 
 
 def side_of(leaves: list[Leaf], measured: bool) -> Side:

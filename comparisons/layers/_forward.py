@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from comparisons.judge import Sides
 from comparisons.layers._capture import flax_interceptor, torch_hooks
 from comparisons.layers._records import Call
 from comparisons.runs import RunInputs, output_tree
@@ -49,11 +50,10 @@ def flax_forward(run: RunInputs, flax_module: Any, variables: dict, inputs: tupl
     return Forward(list(calls), output_tree(jax.device_get(output[0] if mutable else output)))
 
 
-def forwards(run: RunInputs, dtype: str) -> tuple[Forward, Forward]:
-    """(torch, Flax) forwards in `dtype` on the run's inputs (cast when `dtype` is wider)."""
+def forwards(run: RunInputs, dtype: str) -> Sides:
+    """The torch and the Flax `Forward` in `dtype` on the run's inputs (cast when `dtype` is wider)."""
     import jax
 
-    from comparisons.runs.jax_run import computing_in
     from comparisons.runs.torch_run import torch_default_dtype
 
     def cast(x):
@@ -63,5 +63,5 @@ def forwards(run: RunInputs, dtype: str) -> tuple[Forward, Forward]:
     with torch_default_dtype(dtype):  # a float64 forward builds its masks in float64 (runs/torch_run.py)
         torch_side = torch_forward(run, torch_module, inputs)
     with jax.enable_x64(dtype == "float64"):
-        flax_side = flax_forward(run, computing_in(flax_module, dtype), variables, inputs)
-    return torch_side, flax_side
+        flax_side = flax_forward(run, run.pair.jax_side.computing_in(flax_module, dtype), variables, inputs)
+    return Sides(torch_side, flax_side)

@@ -2,18 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
-
-
-class Bounds(NamedTuple):
-    """How the view judges: the comparison's rtol and atol (None: derived per leaf), and the cause a leaf that
-    differs gets without float64 forwards ("port" when the run is float64 itself, as the checks do)."""
-
-    rtol: float
-    atol: float | None = None
-    cause: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

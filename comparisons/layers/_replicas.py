@@ -16,23 +16,24 @@ from typing import Any
 
 import numpy as np
 
-from comparisons.judge import compare_trees
+from comparisons.judge import Bounds, compare_trees
 from comparisons.layers._align import pair_calls
 from comparisons.layers._capture import compiled_recorder, torch_hooks
 from comparisons.layers._forward import build
-from comparisons.layers._records import Bounds, Call
+from comparisons.layers._records import Call
 from comparisons.placement import canonical_path
 from comparisons.runs import RunInputs
 
 
 def replica_divergences(run: RunInputs, torch_devices: Sequence[Any], jax_devices: Sequence[Any], *,
-                        rtol: float, atol: float | None = None) -> list[dict[str, Any]]:
-    """One record per replica (torch's, then JAX's) whose layers differ from one device on its chunk.
+                        bounds: Bounds) -> list[dict[str, Any]]:
+    """One record per replica (torch's, then JAX's) whose layers differ from one device on its chunk, under
+    `bounds` (the comparison's rtol and atol; the cause is always "data_parallel").
 
     Costs one forward per chunk per backend on the replicas and as many on one device, eagerly (JAX op by
     op), in the run's dtype; the pair is built once more per backend.
     """
-    tol = Bounds(rtol, atol)
+    tol = Bounds(bounds.rtol, bounds.atol)
     return _torch_replicas(run, list(torch_devices), tol) + _jax_replicas(run, list(jax_devices), tol)
 
 
@@ -93,7 +94,6 @@ def _named(backend: str, mapping, calls: list[Call], singles: list[list[Call]], 
 
 
 def _first_difference(backend: str, mapping, pairs, replica: int, device: Any, tol) -> dict[str, Any] | None:
-    rtol, atol, _ = tol
     for layer_index, k, mine, single in pairs:
         layer = mapping[layer_index]
         for side in ("input", "output"):
@@ -102,8 +102,8 @@ def _first_difference(backend: str, mapping, pairs, replica: int, device: Any, t
             if a is None and b is None:
                 continue
             check = None if a is None or b is None else compare_trees(
-                path, "replica vs single", {path: a}, {path: b}, rtol, atol=atol,
-                sides=(f"{backend} replica {replica}", f"{backend} single"), cause="data_parallel")
+                path, "replica vs single", {path: a}, {path: b}, tol._replace(cause="data_parallel"),
+                sides=(f"{backend} replica {replica}", f"{backend} single"))
             if check is None or not check.passed:
                 message = (f"`{path}`: a value on one side only" if check is None else check.leaves[0].message)
                 return {"backend": backend, "replica": replica, "device": str(device), "torch": layer.torch,

@@ -5,10 +5,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from comparisons.judge import cross
+from comparisons.judge import Bounds, Sides, cross
 from comparisons.layers._align import judge_trees, rows, side_of
 from comparisons.layers._forward import forwards
-from comparisons.layers._records import Bounds, Row, Side
+from comparisons.layers._records import Row, Side
 from comparisons.layers._walk import first_divergence
 from comparisons.runs import RunInputs
 from comparisons.verdicts import Check
@@ -27,14 +27,13 @@ class LayerView:
         return [row.to_dict() for row in self.rows]
 
 
-def layer_view(run: RunInputs, checks: Sequence[Check] = (), *, rtol: float, atol: float | None = None,
-               float64: bool = True) -> LayerView:
+def layer_view(run: RunInputs, checks: Sequence[Check] = (), *, bounds: Bounds, float64: bool = True) -> LayerView:
     """Run one single-device forward per side with every mapped layer recorded, and line them up.
 
     Args:
       run: the comparison's pair, settings and inputs (the whole batch goes through one forward).
       checks: the comparison's verdicts, read when the forward agrees everywhere (gradient, statistic).
-      rtol, atol: the comparison's tolerance.
+      bounds: the comparison's rtol and atol (the cause: "port" when the run is float64, else measured).
       float64: also run both forwards in float64, which gives each differing row its cause (port or
         rounding), as it does every torch-vs-JAX leaf; ignored when the run is float64 already.
     Costs one eager forward per side (two with float64), a host copy of each layer's first input and output,
@@ -43,13 +42,13 @@ def layer_view(run: RunInputs, checks: Sequence[Check] = (), *, rtol: float, ato
     dtype = run.config.dtype
     float32 = forwards(run, dtype)
     wide = forwards(run, "float64") if float64 and dtype != "float64" else None
-    tol = Bounds(rtol, atol, "port" if dtype == "float64" else None)
+    tol = Bounds(bounds.rtol, bounds.atol, "port" if dtype == "float64" else None)
     found = rows(run.pair.mapping, float32, wide, tol)
     output = _output_side(run.pair, float32, wide, tol)
     return LayerView(found, output, first_divergence(found, output, run.pair.mapping, checks))
 
 
-def _output_side(pair: Any, float32, float64, tol: Bounds) -> Side:
-    narrow = cross(pair, "outputs", float32[1].output, float32[0].output)
-    wide = None if float64 is None else cross(pair, "outputs", float64[1].output, float64[0].output)
+def _output_side(pair: Any, float32: Sides, float64: Sides | None, tol: Bounds) -> Side:
+    narrow = cross(pair, "outputs", float32.flax.output, float32.torch.output)
+    wide = None if float64 is None else cross(pair, "outputs", float64.flax.output, float64.torch.output)
     return side_of(judge_trees("outputs", narrow, wide, tol), float64 is not None or tol.cause is not None)

@@ -7,7 +7,8 @@ pairs: `builtin` registers them when this package imports it.
 """
 from . import builtin  # noqa: F401  (registers the built-in pairs)
 from .derive import FlaxApply, derive_mapping, pair_from_modules, tied_parameters
+from .jax_side import Built, JaxSide
 from .pair import KNOWN_DIFFERENCES, ModelPair, get, names, register
 
-__all__ = ["KNOWN_DIFFERENCES", "FlaxApply", "ModelPair", "derive_mapping", "get", "names", "pair_from_modules",
-           "register", "tied_parameters"]
+__all__ = ["KNOWN_DIFFERENCES", "Built", "FlaxApply", "JaxSide", "ModelPair", "derive_mapping", "get", "names",
+           "pair_from_modules", "register", "tied_parameters"]

@@ -14,53 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatch
 from typing import Any
 
-from comparisons.errors import UsageError, UsageTypeError
+from comparisons.errors import UsageTypeError
 
 from ..convert import ConversionError, Layer, kind_of
+from .jax_flax_apply import FLAX_APPLY, FlaxApply
+from .jax_linen import LINEN
 from .pair import ModelPair
 
 FlaxPathHook = Callable[[str], "str | None"]
-
-
-class FlaxApply:
-    """A Flax model called the way the harness calls one: `apply(variables, *inputs, train=, mutable=)`.
-
-    Args:
-      module: a linen Module.
-      train_arg: the module's training flag: 'train' (passed as is), 'deterministic' (passed
-        negated, as Hugging Face's Flax models take it) or None (the module has none).
-      prepare: inputs -> the module's positional arguments (e.g. add an attention mask), per chunk.
-      **fixed: keyword arguments passed on every call.
-    Hashes by identity, so the harness's compiled programs are reused while this object lives.
-    """
-
-    def __init__(self, module: Any, *, train_arg: str | None = "train",
-                 prepare: Callable[[tuple], tuple] | None = None, **fixed: Any):
-        if train_arg not in ("train", "deterministic", None):
-            raise UsageError(f"FlaxApply: train_arg={train_arg!r}; use 'train', 'deterministic' or None")
-        self.module, self.train_arg, self.prepare, self.fixed = module, train_arg, prepare, fixed
-
-    def _kwargs(self, train: bool) -> dict:
-        flag = {} if self.train_arg is None else {self.train_arg: train if self.train_arg == "train" else not train}
-        return {**self.fixed, **flag}
-
-    def _args(self, inputs: tuple) -> tuple:
-        return tuple(self.prepare(inputs)) if self.prepare is not None else inputs
-
-    def apply(self, variables: Any, *inputs: Any, train: bool = False, mutable: Any = False,
-              rngs: Any = None) -> Any:
-        """`module.apply` with the training flag translated; (out, updates) when `mutable`."""
-        extra = ({"mutable": mutable} if mutable else {}) | ({"rngs": rngs} if rngs is not None else {})
-        return self.module.apply(variables, *self._args(inputs), **self._kwargs(train), **extra)
-
-    __call__ = apply
-
-    def init(self, rngs: Any, *inputs: Any) -> Any:
-        """`module.init` in evaluation mode (trace it under `jax.eval_shape` to avoid compiling)."""
-        return self.module.init(rngs, *self._args(inputs), **self._kwargs(False))
-
-    def __repr__(self) -> str:
-        return f"FlaxApply({type(self.module).__name__}, train_arg={self.train_arg!r})"
 
 
 def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: FlaxPathHook | None = None,
@@ -203,7 +164,8 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
         make_inputs=make_inputs, loss_torch=loss_torch, loss_jax=loss_jax, to_flax_inputs=pair.to_flax_inputs,
         has_batch_stats="batch_stats" in shapes, description=description,
         torch_only=tuple(dict.fromkeys([*(n for n in derived_only if n not in aliases), *torch_only])),
-        flax_only=tuple(flax_only), variables=variables, known_differences=tuple(known_differences), tied=tied)
+        flax_only=tuple(flax_only), variables=variables, known_differences=tuple(known_differences), tied=tied,
+        jax_side=FLAX_APPLY if isinstance(flax_model, FlaxApply) else LINEN)
 
 
 def tied_parameters(torch_module: Any) -> tuple[tuple[str, str], ...]:

@@ -11,6 +11,8 @@ from comparisons.errors import UsageError, UsageTypeError
 
 from ..convert import Layer
 from ..placement import path_matches
+from .jax_linen import LINEN
+from .jax_side import Built, JaxSide, build
 
 
 def _same_layout(arrays: tuple) -> tuple:
@@ -50,6 +52,8 @@ class ModelPair:
       padding_rows: (Flax parameter path, row) of each embedding table whose row torch's
         `padding_idx` keeps out of the gradient ('model.decoder.embed_tokens.embedding', 1); read with
         the known difference 'padding_row_gradient'.
+      jax_side: what kind of JAX side the pair has (`JaxSide`, models/jax_side.py): how it is made,
+        converted and run; a linen Module by default (`pair_from_modules` names a FlaxApply's).
     """
     name: str
     make_torch: Callable[[], Any]
@@ -68,6 +72,7 @@ class ModelPair:
     known_differences: tuple[str, ...] = ()
     padding_rows: tuple[tuple[str, int], ...] = ()
     tied: tuple[tuple[str, str], ...] = ()
+    jax_side: JaxSide = field(default=LINEN, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         unknown = [d for d in self.known_differences if d not in KNOWN_DIFFERENCES]
@@ -79,23 +84,16 @@ class ModelPair:
                 raise UsageTypeError(f"ModelPair {self.name!r}: {name}={getattr(self, name)!r} is a string; "
                                 f"pass a tuple of patterns, e.g. ({getattr(self, name)!r},)")
 
-    def build(self, seed: int = 0, dtype: Any = np.float32) -> tuple[Any, Any, dict]:
-        """Return (torch_module, flax_module, flax_variables) holding the same weights.
+    def build(self, seed: int = 0, dtype: Any = np.float32) -> Built:
+        """Return (torch_module, flax_module, flax_variables) holding the same weights (a `Built`).
 
         The torch module is initialised under `torch.manual_seed(seed)` (the global torch RNG is
         left untouched) and cast to `dtype`; the variables are its converted state (numpy copies),
-        checked against the Flax module's own init shapes (traced, not compiled). Apply float64
-        variables under `jax.enable_x64(True)`: without it JAX silently computes in float32.
+        checked against the Flax module's own init shapes (traced, not compiled), made and converted
+        by the pair's `jax_side`. Apply float64 variables under `jax.enable_x64(True)`: without it JAX
+        silently computes in float32.
         """
-        torch_module = self.build_torch(seed, dtype)
-        flax_module = self.make_flax()
-        self._check_made("make_flax", flax_module, callable(getattr(flax_module, "init", None))
-                         and callable(getattr(flax_module, "apply", None)),
-                         "flax.linen.Module (nor a FlaxApply); return the Flax model, e.g. make_flax=lambda: MyNet()")
-        if self.variables is not None:
-            return torch_module, flax_module, given_variables(self.variables, dtype)
-        variables = self.torch_to_flax(torch_module.state_dict(), like=self.flax_shapes(flax_module))
-        return torch_module, flax_module, variables
+        return build(self.jax_side, self, seed, dtype)
 
     def build_torch(self, seed: int = 0, dtype: Any = np.float32) -> Any:
         """The torch module alone: made under `torch.manual_seed(seed)` (the global torch RNG is left untouched)
@@ -105,11 +103,12 @@ class ModelPair:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             torch_module = self.make_torch()
-            self._check_made("make_torch", torch_module, isinstance(torch_module, torch.nn.Module),
+            self.check_made("make_torch", torch_module, isinstance(torch_module, torch.nn.Module),
                              "torch.nn.Module; return the torch model, e.g. make_torch=lambda: MyNet()")
             return torch_module.to(torch.float64 if np.dtype(dtype) == np.float64 else torch.float32)
 
-    def _check_made(self, function: str, made: Any, ok: bool, expected: str) -> None:
+    def check_made(self, function: str, made: Any, ok: bool, expected: str) -> None:
+        """Refuse what a user's `function` returned, unless `ok`: naming the pair, the value and `expected`."""
         if not ok:
             raise UsageTypeError(f"ModelPair {self.name!r}: {function}() returned {made!r} (a {type(made).__name__}), "
                                  f"not a {expected}")
@@ -179,20 +178,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
         "without p in the inputs it is judged like every row. Past one step the row's values feed the forward, "
         "so later steps differ elsewhere too and fail"),
 }
-
-
-def given_variables(variables: Any, dtype: Any) -> dict:
-    """Variables converted elsewhere as {'params': ..., ...} numpy trees in `dtype` (a copy).
-
-    transformers returns a bare params tree for models without BatchNorm; it is wrapped.
-    """
-    import jax
-
-    tree = dict(variables)
-    if "params" not in tree:
-        tree = {"params": tree}
-    return jax.tree.map(lambda leaf: np.array(leaf, dtype=dtype if np.issubdtype(np.asarray(leaf).dtype, np.floating)
-                                              else None, copy=True), tree)
 
 
 _REGISTRY: dict[str, ModelPair] = {}

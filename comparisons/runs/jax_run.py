@@ -62,28 +62,12 @@ def run_jax_reference(run: RunInputs, flax_module: Any, variables: dict, device:
     a `dtype` field (Hugging Face's Flax models compute in float32 by default) is cloned to compute in
     the run's dtype. Compiles the reference once more, for that dtype."""
     pair, config = run.pair, run.config
-    module = computing_in(flax_module, config.dtype)
+    module = pair.jax_side.computing_in(flax_module, config.dtype)
     sizes = tuple(dp_jax.chunk_sizes(config.batch_size, chunks))
     reference = reference_step(pair.loss_jax, module, sizes, config.dim, mutable_collections(pair), pair.name)
     snapshot, _ = _train(reference, jax.device_put(variables, device), pair.to_flax_inputs(run.inputs), run,
                          lambda: None, record=config.trajectory)
     return snapshot
-
-
-def computing_in(flax_module: Any, dtype: str) -> Any:
-    """`flax_module` (or a FlaxApply's module) with its `dtype` field set to `dtype`, when it has one (Hugging
-    Face's Flax models compute in float32 unless told; the float64 runs, here and in comparisons.layers)."""
-    import copy
-
-    from comparisons.models import FlaxApply
-
-    if isinstance(flax_module, FlaxApply):
-        wrapper = copy.copy(flax_module)
-        wrapper.module = computing_in(flax_module.module, dtype)
-        return wrapper
-    if dataclasses.is_dataclass(flax_module) and "dtype" in {f.name for f in dataclasses.fields(flax_module)}:
-        return flax_module.clone(dtype=dtype)
-    return flax_module
 
 
 def run_padded(run: RunInputs, flax_module: Any, variables: dict, devices: Sequence[jax.Device], strategy: str,

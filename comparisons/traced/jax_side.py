@@ -86,6 +86,32 @@ def run_in_worker(pair: Any, run: Any, strategies: list[str], devices: int, floa
     return result.value["runs"], result.value["float64"]
 
 
+class TracedSide:
+    """The `JaxSide` (comparisons/models/jax_side.py) of a TracedPair: the torch module traced by torchax, made,
+    run and (for the layer view) unrecorded in a worker process; its variables are torch's, by name."""
+
+    in_worker = True
+    captures_layers = False
+
+    def make(self, pair: Any) -> None:
+        return None  # the worker traces the torch module itself
+
+    def convert(self, pair: Any, torch_module: Any, model: Any, dtype: Any) -> dict:
+        return pair.torch_to_flax(torch_module.state_dict())
+
+    def computing_in(self, model: Any, dtype: str) -> Any:
+        return model
+
+    def run_in_worker(self, pair: Any, run: Any, strategies: list[str], devices: int, float64: bool
+                      ) -> tuple[list, Any]:
+        return run_in_worker(pair, run, strategies, devices, float64)
+
+    def __repr__(self) -> str:
+        return "TRACED"
+
+
+TRACED = TracedSide()
+
 SYS_PATH_ENV = "DP_COMPARE_PARENT_SYS_PATH"
 
 

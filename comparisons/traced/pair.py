@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from comparisons.errors import UsageError, UsageTypeError
-from comparisons.models import ModelPair
+from comparisons.models import JaxSide, ModelPair
+from comparisons.traced.jax_side import TRACED
 
 LABEL = "JAX side traced by torchax"
 
@@ -49,11 +50,7 @@ class TracedPair(ModelPair):
     parameter_names: tuple[str, ...] = ()
     buffer_names: tuple[str, ...] = ()
     timeout: float = 900.0
-
-    def build(self, seed: int = 0, dtype: Any = np.float32) -> tuple[Any, None, dict]:
-        """(torch module, None, its variables under torch's names): the JAX side is the worker's."""
-        module = self.build_torch(seed, dtype)
-        return module, None, self.torch_to_flax(module.state_dict())
+    jax_side: JaxSide = dataclasses.field(default=TRACED, compare=False, repr=False)
 
     def torch_to_flax(self, state_dict: Mapping[str, Any], *, like: Any = None) -> dict:
         """torch's state_dict split into params and batch_stats, by name, as host copies."""
@@ -77,12 +74,6 @@ class TracedPair(ModelPair):
         from comparisons.placement import path_matches
 
         return path_matches(name, self.torch_only)
-
-    def run_jax_side(self, run: Any, strategies: list[str], devices: int, float64: bool) -> tuple[list, Any]:
-        """Every strategy's BackendRun and (with `float64`) the float64 reference's JAX Snapshot, from the worker."""
-        from comparisons.traced.jax_side import run_in_worker
-
-        return run_in_worker(self, run, strategies, devices, float64)
 
 
 def _numpy(value: Any) -> np.ndarray:

@@ -14,7 +14,7 @@ import pytest
 from _helpers_harness import ROOT
 from _helpers_signals import interruptible
 
-from comparisons import ComparisonError
+from comparisons import ComparisonError, harness
 from comparisons.convert import ConversionError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "user_pairs_fixture"  # shared with distributed/
@@ -166,9 +166,9 @@ def test_format_html_on_stdout_puts_the_verdict_summary_on_stderr(capsys):
 def test_an_unwritable_out_is_refused_before_the_comparison_runs(monkeypatch, tmp_path, capsys):
     from comparisons import cli
 
-    def comparison(settings):
+    def comparison(pair, settings):
         raise AssertionError("the comparison ran before --out was checked")
-    monkeypatch.setattr("comparisons.cli._main._run", comparison)
+    monkeypatch.setattr(harness, "compare_settings", comparison)
     assert cli.main(["run", "--model", "mlp", "--format", "json", "--out", str(tmp_path / "no" / "r.json")]) == 2
     assert f"--out {tmp_path / 'no' / 'r.json'}: folder {tmp_path / 'no'} does not exist" in capsys.readouterr().err
     assert cli.main(["demo", "--out", str(tmp_path)]) == 2
@@ -192,10 +192,10 @@ def test_only_usage_errors_are_bad_input_anything_else_is_internal_with_its_trac
     if isinstance(raised, str):
         raised = importlib.import_module(raised).UsageError(f"{raised}: device_ids=[]; pass at least one device")
 
-    def comparison(settings):
+    def comparison(pair, settings):
         raise raised
-    monkeypatch.setattr("comparisons.cli._main._run", comparison)
-    assert cli.main(["run", "--model", "mlp", "--format", "json"]) == status
+    monkeypatch.setattr(harness, "compare_settings", comparison)
+    assert cli.main(["run", "--model", "mlp", "--torch-devices", "cpu", "--format", "json"]) == status
     err = capsys.readouterr().err
     if status == 2:
         assert err.strip() == f"error: {raised}" and "Traceback" not in err
@@ -213,8 +213,9 @@ def test_the_exit_status_is_1_when_a_check_fails_and_0_when_all_pass(monkeypatch
     from comparisons import cli
 
     for passed, status in ((False, 1), (True, 0)):
-        monkeypatch.setattr("comparisons.cli._main._run", lambda settings, passed=passed: small_report(passed, seed))
-        assert cli.main(["run", "--model", "mlp", "--format", fmt]) == status
+        monkeypatch.setattr(harness, "compare_settings",
+                            lambda pair, settings, passed=passed: small_report(passed, seed))
+        assert cli.main(["run", "--model", "mlp", "--torch-devices", "cpu", "--format", fmt]) == status
         capsys.readouterr()
 
 
@@ -225,8 +226,8 @@ def _report_to(out: Path, monkeypatch, seed: int) -> str:
     from comparisons import cli
 
     report = small_report(True, seed)
-    monkeypatch.setattr("comparisons.cli._main._run", lambda settings: report)
-    assert cli.main(["run", "--model", "mlp", "--format", "json", "--out", str(out)]) == 0
+    monkeypatch.setattr(harness, "compare_settings", lambda pair, settings: report)
+    assert cli.main(["run", "--model", "mlp", "--torch-devices", "cpu", "--format", "json", "--out", str(out)]) == 0
     return report.render("json")
 
 

@@ -18,9 +18,7 @@ def no_work(monkeypatch):
     """compare() must fail before it builds models or runs a step: both raise here."""
     def work(*args, **kwargs):
         raise AssertionError("compare() started working before checking its arguments")
-    monkeypatch.setattr("comparisons.harness._compare._run_all", work)
-    monkeypatch.setattr("comparisons.harness._compare._build", work)
-    monkeypatch.setattr("comparisons.harness._compare._inputs", work)
+    monkeypatch.setattr(models.ModelPair, "build", work)  # compare() builds a pair once, before any run
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -16,6 +16,7 @@ import pytest
 from _helpers_harness import run_cli
 
 from comparisons import ComparisonError, compare, layers
+from comparisons.judge import Bounds
 from comparisons.layers import layer_view
 from comparisons.runs import RunConfig, RunInputs
 
@@ -124,7 +125,8 @@ def test_a_jax_replica_given_a_stale_copy_of_the_weights_is_named_with_its_devic
         return [replicas[0], jax.device_put(stale, jax.devices()[1]), *replicas[2:]]
     monkeypatch.setattr(dp_jax, "replicate", stale_second_copy)
     pair = _twins.make("gelu_exact", 4)
-    named = layers.replica_divergences(run_inputs(pair, batch_size=5), ["cpu"] * 3, jax.devices()[:3], rtol=1e-5)
+    named = layers.replica_divergences(run_inputs(pair, batch_size=5), ["cpu"] * 3, jax.devices()[:3],
+                                         bounds=Bounds(1e-5))
     assert [(r["backend"], r["replica"], r["torch"], r["side"]) for r in named] == [("jax", 1, "fc1", "output")]
     assert named[0]["device"] == str(jax.devices()[1])
 
@@ -148,7 +150,7 @@ def test_a_registered_rule_brings_its_activation_layout(layout, agrees):
     pair = _twins.make("conv_circular", 7)
     pair = dataclasses.replace(pair, mapping=tuple(Layer(kind, layer.torch, layer.flax) if layer.kind == "conv"
                                                    else layer for layer in pair.mapping))
-    rows = layer_view(run_inputs(pair), rtol=1e-5).rows
+    rows = layer_view(run_inputs(pair), bounds=Bounds(1e-5)).rows
     conv_row = next(row for row in rows if row.kind == kind)
     assert conv_row.output.agrees is agrees, conv_row
     assert conv_row.input.agrees is agrees  # NCHW beside NHWC: a shape mismatch unless the rule moves channels

@@ -1,0 +1,35 @@
+"""The JAX side of a flax.linen Module: made here, run by comparisons.runs in this process, layers intercepted."""
+from __future__ import annotations
+
+from typing import Any
+
+from comparisons.models.jax_flax_apply import FLAX_APPLY, FlaxApply
+from comparisons.models.jax_side import convert_flax, linen_in, make_flax_model
+
+
+class LinenSide:
+    """A `JaxSide` for a linen Module called as `apply(variables, *inputs, train=, mutable=)`."""
+
+    in_worker = False
+    captures_layers = True
+
+    def make(self, pair: Any) -> Any:
+        return make_flax_model(pair)
+
+    def convert(self, pair: Any, torch_module: Any, model: Any, dtype: Any) -> dict:
+        return convert_flax(pair, torch_module, model, dtype)
+
+    def computing_in(self, model: Any, dtype: str) -> Any:
+        if isinstance(model, FlaxApply):  # a ModelPair made by hand around a FlaxApply
+            return FLAX_APPLY.computing_in(model, dtype)
+        return linen_in(model, dtype)
+
+    def run_in_worker(self, pair: Any, run: Any, strategies: list[str], devices: int, float64: bool
+                      ) -> tuple[list, Any]:
+        raise NotImplementedError("a linen Module runs in this process (in_worker is False)")
+
+    def __repr__(self) -> str:
+        return "LINEN"
+
+
+LINEN = LinenSide()
