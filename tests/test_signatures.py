@@ -18,7 +18,7 @@ LINES = 60
 PACKAGES = ("dp_torch", "dp_jax", "comparisons")
 # The public entry points: every parameter past the first few is keyword-only, shown by an editor.
 ENTRY_POINTS = {"comparisons/harness/_compare.py:compare", "comparisons/models/derive.py:pair_from_modules",
-                "comparisons/hf/__init__.py:pair", "dp_jax/data_parallel.py:data_parallel",
+                "comparisons/hf/_pair.py:pair", "dp_jax/data_parallel.py:data_parallel",
                 "comparisons/distributed/compare.py:compare_distributed"}
 
 
