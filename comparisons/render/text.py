@@ -90,13 +90,14 @@ def print_table(report: ComparisonReport, console: Any, fit: bool | None = None)
     `| tee`) widens the console to the table's natural width, so every row stays one greppable line.
     """
     table = _rich_table(report)
-    if console.is_terminal is False if fit is None else fit:
+    fit = console.is_terminal is False if fit is None else fit
+    if fit:
         console.width = max(console.width, console.measure(table, options=console.options.update_width(10**4)).maximum)
     # Prose lines are never wrapped (soft_wrap): a title would wrap at the table's width, a line at the
     # console's, and a wrapped path or number no longer greps.
     console.print(f"{headline(report)}; {tolerance_words(report)}", markup=False, soft_wrap=True)
     console.print(table)
-    print_layer_table(report, console)
+    print_layer_table(report, console, fit)
     _print_footer(console, report)
 
 
