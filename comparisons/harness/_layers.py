@@ -37,4 +37,6 @@ def _fill(report: ComparisonReport, run: RunInputs, devices, tol, float64: bool)
     view = layers.layer_view(run, report.checks, rtol=rtol, atol=atol, float64=float64)
     report.layer_view = view.row_dicts()
     report.first_divergence = view.first_divergence
+    if view.missing_note():
+        report.notes.append(view.missing_note())
     report.replica_divergences = layers.replica_divergences(run, *devices, rtol=rtol, atol=atol)
