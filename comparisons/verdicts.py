@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -106,7 +107,9 @@ class ComparisonReport:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        """Standard JSON (RFC 8259): a figure that is not finite is written as the string "NaN", "Infinity" or
+        "-Infinity", since JSON has no such numbers and strict parsers refuse Python's bare NaN."""
+        return json.dumps(json_safe(self.to_dict()), indent=indent, allow_nan=False)
 
     def render(self, fmt: str) -> str:
         """The report as `fmt`: one of RENDERERS ("table", "json", "markdown", "html")."""
@@ -114,6 +117,17 @@ class ComparisonReport:
         if renderer is None:
             raise UsageError(f"render: format {fmt!r} is unknown; use one of {', '.join(RENDERERS)}")
         return renderer(self)
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every float that is not finite replaced by its name as a string (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
 
 
 # Format name -> function rendering a report as text; filled by comparisons.render.

@@ -23,7 +23,7 @@ def layer_view_fields(run: RunInputs, checks: Sequence[Check], devices: Sides, b
     `asked`: the user asked for the view, so an error in it is raised; added on its own (a check failed), an
     error leaves the three fields null and a note that names it, and the verdicts stand."""
     try:
-        return _fields(run, checks, devices, bounds, float64), []
+        return _fields(run, checks, devices, bounds, float64)
     except Exception as error:  # noqa: BLE001 (a diagnostic added unasked must not hide the verdicts)
         if asked:
             raise
@@ -32,7 +32,9 @@ def layer_view_fields(run: RunInputs, checks: Sequence[Check], devices: Sides, b
                  "compare(..., layers=True) raises it with its traceback"])
 
 
-def _fields(run: RunInputs, checks: Sequence[Check], devices: Sides, bounds: Bounds, float64: bool) -> dict:
+def _fields(run: RunInputs, checks: Sequence[Check], devices: Sides, bounds: Bounds, float64: bool
+            ) -> tuple[dict, list[str]]:
     view = layers.layer_view(run, checks, bounds=bounds, float64=float64)
-    return {"layer_view": view.row_dicts(), "first_divergence": view.first_divergence,
-            "replica_divergences": layers.replica_divergences(run, devices.torch, devices.flax, bounds=bounds)}
+    fields = {"layer_view": view.row_dicts(), "first_divergence": view.first_divergence,
+              "replica_divergences": layers.replica_divergences(run, devices.torch, devices.flax, bounds=bounds)}
+    return fields, [note for note in (view.missing_note(),) if note]

@@ -35,7 +35,13 @@ def relative_gap(actual: Any, expected: Any) -> float:
     scale = max((float(np.abs(b).max()) for _, b in pairs), default=0.0)
     gaps = [float(np.abs(a.astype(np.float64) - b).max()) / max(float(np.abs(b).max()), SMALL_LEAF * scale)
             for a, b in pairs if scale > 0]
-    return max(gaps, default=0.0)
+    return largest(gaps)
+
+
+def largest(gaps) -> float:
+    """max(gaps), NaN when any gap is NaN (Python's max drops a NaN it meets after a number); 0.0 for none."""
+    gaps = list(gaps)
+    return math.nan if any(math.isnan(g) for g in gaps) else max(gaps, default=0.0)
 
 
 def loss_gap(actual: float, expected: float) -> float:
@@ -60,9 +66,9 @@ def drift(pair: Any, runs: Sequence[BackendRun], reference: Float64Reference | N
     entries = []
     for k in range(len(torch_steps.losses)):
         by_run = {run.label: _step_gaps(pair, run.dp.trajectory, torch_steps, k) for run in jax_runs}
-        label = max(by_run, key=lambda name: max(by_run[name].values()))
+        label = max(by_run, key=lambda name: _ordered(largest(by_run[name].values())))
         gaps = by_run[label]
-        entries.append({"step": k + 1, **gaps, "worst": max(gaps.values()), "strategy": label,
+        entries.append({"step": k + 1, **gaps, "worst": largest(gaps.values()), "strategy": label,
                         "float64": in64[k] if in64 else None})
     return entries
 
@@ -78,8 +84,13 @@ def _float64_gaps(pair: Any, reference: Float64Reference | None) -> list[float]:
     if reference is None or reference.torch.trajectory is None or reference.jax.trajectory is None:
         return []
     torch_steps, jax_steps = reference.torch.trajectory, reference.jax.trajectory
-    return [max(_step_gaps(pair, jax_steps, torch_steps, k).values())
+    return [largest(_step_gaps(pair, jax_steps, torch_steps, k).values())
             for k in range(len(torch_steps.losses))]
+
+
+def _ordered(gap: float) -> float:
+    """A sort key where NaN is the largest gap of all (it is the worst a step can be)."""
+    return math.inf if math.isnan(gap) else gap
 
 
 EPS = {"float32": float(np.finfo(np.float32).eps), "float64": float(np.finfo(np.float64).eps)}
@@ -100,17 +111,19 @@ def classify(entries: Sequence[Mapping[str, Any]], rtol: float, dtype: str = "fl
     """
     if entries and all(entry.get("float64") is not None for entry in entries):
         return _first_jump(entries, _float64_jumps)
-    largest = FLOOR_ULPS * EPS[dtype]
+    before = FLOOR_ULPS * EPS[dtype]
     for step, entry in enumerate(entries, start=1):
         gap = entry["worst"]
-        if not math.isfinite(gap) or (gap > rtol and gap > JUMP * largest):
+        if not math.isfinite(gap) or (gap > rtol and gap > JUMP * before):
             return "jumps", step
-        largest = max(largest, gap)
+        before = max(before, gap)
     return "rounding", None
 
 
 def _float64_jumps(entry: Mapping[str, Any]) -> bool:
     gap64 = entry["float64"]
+    if not math.isfinite(entry["worst"]):
+        return True
     rounding64 = max(FLOOR_ULPS * EPS["float64"], entry["worst"] * EPS["float64"] / EPS["float32"])
     return not math.isfinite(gap64) or (gap64 > RTOL64 and gap64 > JUMP * rounding64)
 
@@ -135,12 +148,17 @@ def drift_line(entries: Sequence[Mapping[str, Any]], rtol: float, dtype: str = "
         return ""
     gaps = [entry["worst"] for entry in entries]
     kind, step = classify(entries, rtol, dtype)
-    growth = f"x{growth_per_step(gaps, EPS[dtype]):.2f} a step"
+    factor = growth_per_step(gaps, EPS[dtype])
+    growth = f"x{factor:.2f} a step"
     if kind == "rounding":
-        return (f"drift: grows like rounding, slowly and steadily: {gaps[0]:.1e} at step 1 to {gaps[-1]:.1e} at step "
+        verb = "grows" if gaps[-1] > gaps[0] else "shrinks" if gaps[-1] < gaps[0] else "holds"
+        return (f"drift: {verb} like rounding, slowly and steadily: {gaps[0]:.1e} at step 1 to {gaps[-1]:.1e} at step "
                 f"{len(gaps)} ({growth}); no step jumps past what rounding explains")
     entry = entries[step - 1]
-    worst = max(QUANTITIES, key=lambda q: entry[q])
+    worst = max(QUANTITIES, key=lambda q: _ordered(abs(entry[q])))
+    if not math.isfinite(entry[worst]):
+        return (f"drift: jumps at step {step}: the {worst} gap is {entry[worst]:.1e} in {entry['strategy']} "
+                f"(not finite: a run blew up, or its inputs hold NaN/Inf); then {gaps[-1]:.1e} at step {len(gaps)}")
     why = (f"the float64 gap is {entry['float64']:.1e} where rounding would leave about "
            f"{entry['worst'] * EPS['float64'] / EPS['float32']:.0e}" if entry.get("float64") is not None
            else f"beyond the tolerance {rtol:.0e} and over {JUMP:.0f}x every earlier gap")

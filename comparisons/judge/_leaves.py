@@ -6,7 +6,8 @@
 
 `rounding` being max |x32 - x64| over the leaf (the computation's own float32 rounding, measured against
 its float64 run), `ulp` the dtype's machine epsilon and S the largest |b| of the whole subject. Before the
-numbers: shapes, dtypes, NaN/Inf (only at the same positions on both sides) and a leaf that is exactly zero
+numbers: shapes, dtypes, NaN/Inf (only at the same positions on both sides, and never all of a leaf: then
+nothing finite was compared) and a leaf that is exactly zero
 on one side only are failures of their own, each with its message.
 """
 from __future__ import annotations
@@ -42,6 +43,10 @@ def judge_leaf(path: str, actual: np.ndarray, expected: np.ndarray, *, rtol: flo
             counts = f"{int(bad_a.sum())} in {sides[0]}, {int(bad_b.sum())} in {sides[1]}"
             return Leaf(path, None, None, False, kind="non_finite", atol=atol,
                         message=f"`{path}`: NaN/Inf not at the same positions ({counts} of {a.size} entries)")
+        if bad_a.all():
+            return Leaf(path, None, None, False, kind="non_finite", atol=atol,
+                        message=f"`{path}`: nothing finite to compare: all {a.size} entries are NaN/Inf on both sides "
+                                "(a run blew up, or the inputs hold NaN/Inf)")
         a, b = np.where(bad_a, 0.0, a), np.where(bad_b, 0.0, b)
     diff = np.abs(a - b)
     max_abs = float(diff.max(initial=0.0))

@@ -21,13 +21,20 @@ TOLERANCES = {"float32": 1e-5, "float64": 1e-12}
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, np.ndarray]:
-    """{dotted path: numpy array} of a nested dict (or a single array at path `prefix`)."""
+    """{dotted path: numpy array} of a nested dict (or a single array at path `prefix`).
+
+    A complex leaf becomes two, `path.real` and `path.imag`, so each part is judged at its own scale: numpy's
+    float casts would keep the real part alone and pass a twin whose imaginary part is wrong.
+    """
     if isinstance(tree, Mapping):
         flat: dict[str, np.ndarray] = {}
         for key, value in tree.items():
             flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
         return flat
-    return {prefix: to_numpy(tree)}
+    array = to_numpy(tree)
+    if np.iscomplexobj(array):
+        return {f"{prefix}.real" if prefix else "real": array.real, f"{prefix}.imag" if prefix else "imag": array.imag}
+    return {prefix: array}
 
 
 def subject_scale(tree: Mapping[str, np.ndarray]) -> float:

@@ -14,6 +14,6 @@ harness/ and render/ build on it. Importing it imports neither torch nor JAX.
 from comparisons.layers._records import Row, Side
 from comparisons.layers._replicas import replica_divergences
 from comparisons.layers._view import LayerView, layer_view
-from comparisons.layers._walk import OUTPUT
+from comparisons.layers._walk import OUTPUT, first_divergence
 
-__all__ = ["OUTPUT", "LayerView", "Row", "Side", "layer_view", "replica_divergences"]
+__all__ = ["OUTPUT", "LayerView", "Row", "Side", "first_divergence", "layer_view", "replica_divergences"]

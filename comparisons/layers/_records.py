@@ -51,5 +51,10 @@ class Row:
     input: Side
     output: Side
 
+    @property
+    def has_values(self) -> bool:
+        """Whether both sides were recorded on both ends: a "missing" side can neither agree nor part."""
+        return "missing" not in (self.input.verdict, self.output.verdict)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -26,6 +26,15 @@ class LayerView:
     def row_dicts(self) -> list[dict[str, Any]]:
         return [row.to_dict() for row in self.rows]
 
+    def missing_note(self) -> str | None:
+        """A note naming the rows with no value on a side (never a divergence), or None when every row has one."""
+        names = [f"{row.torch} (call {row.call})" for row in self.rows if not row.has_values]
+        if not names:
+            return None
+        return (f"layer view: no value on one side for {', '.join(names)}: a call one framework made and the other "
+                "did not (a result computed once and reused, a layer under nn.remat or a scan); these rows are not "
+                "judged, and the first divergence is sought among the rows that have values")
+
 
 def layer_view(run: RunInputs, checks: Sequence[Check] = (), *, bounds: Bounds, float64: bool = True) -> LayerView:
     """Run one single-device forward per side with every mapped layer recorded, and line them up.

@@ -4,6 +4,8 @@
 - between two layers: the previous layer's output agrees and the next one's input does not (the
   difference is in unmapped code: an activation, a reshape, a residual); "(output)" is the model's output,
   after the last mapped layer;
+- a row where one side has no value (a call the other side never made: a reused result, a layer under
+  nn.remat) is skipped: it parts nowhere, and the report notes it;
 - when the forward agrees everywhere: the first parameter whose gradient differs, in backward order
   ("gradient"), else the first statistic that differs, in forward order ("statistic"), read from the
   comparison's own torch-vs-JAX checks.
@@ -38,7 +40,7 @@ def first_divergence(rows: Sequence[Row], output: Side, mapping: Sequence[Layer]
                      ) -> dict[str, Any] | None:
     """The `first_divergence` record (docs/report_schema.md#layer-view), or None when nothing parts."""
     previous = None
-    for row in rows:
+    for row in (row for row in rows if row.has_values):  # a call one side never made is a note, not a divergence
         if not row.input.agrees:
             return _record("between", row, previous, row.input, f"`{previous or 'the model input'}` agrees but "
                            f"`{row.torch}`'s input {_differs(row.input)}: {BETWEEN_HINT}")

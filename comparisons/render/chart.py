@@ -22,6 +22,21 @@ LINES = (  # (entry key, label, style): the float32 quantities, then the float64
 )
 
 
+STYLES = {label: style for _, label, style in LINES}
+
+
+def chart_series(entries: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """{line label: its value per step}, as the chart plots them: a line whose entries lack a value (no
+    float64 run) is left out, and an exact zero (the sides equal bit for bit) is NaN, since a log scale has
+    no zero."""
+    series = {}
+    for key, label, _ in LINES:
+        values = [entry.get(key) for entry in entries]
+        if all(value is not None for value in values):
+            series[label] = [value if value > 0 else math.nan for value in values]
+    return series
+
+
 def drift_svg(entries: Sequence[Mapping[str, Any]], rtol: float, *, title: str = "") -> str:
     """The chart of `entries` (a report's `drift`) as an SVG document (a string), the tolerance `rtol` dotted.
 
@@ -36,13 +51,8 @@ def drift_svg(entries: Sequence[Mapping[str, Any]], rtol: float, *, title: str =
     steps = [entry["step"] for entry in entries]
     figure = Figure(figsize=(6.4, 3.2), layout="constrained")
     axes = figure.add_subplot()
-    for key, label, style in LINES:
-        values = [entry.get(key) for entry in entries]
-        if any(value is None for value in values):
-            continue
-        # a log scale has no zero: an exact zero (the two sides equal bit for bit) is left out of its line
-        axes.plot(steps, [value if value > 0 else math.nan for value in values], label=label, marker=".",
-                  markersize=4, **style)
+    for label, values in chart_series(entries).items():
+        axes.plot(steps, values, label=label, marker=".", markersize=4, **STYLES[label])
     axes.axhline(rtol, color="#b00020", linestyle=":", linewidth=1.2, label=f"tolerance {rtol:.0e}")
     axes.set_yscale("log")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))

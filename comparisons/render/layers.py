@@ -10,6 +10,7 @@ from typing import Any
 from comparisons.render.numbers import format_number
 from comparisons.verdicts import ComparisonReport
 
+TITLE = "layers, torch beside Flax, in torch's order"
 COLUMNS = ("layer (torch)", "Flax", "kind", "call", "input max |Δ|", "input", "output max |Δ|", "output", "rel")
 
 
@@ -41,21 +42,57 @@ def cells(row: dict[str, Any]) -> list[str]:
             format_number(row["output"]["rel"])]
 
 
-def print_layer_table(report: ComparisonReport, console: Any) -> None:
-    """The per-layer table and the first divergence on a rich `console` (nothing without a layer view)."""
+def print_layer_table(report: ComparisonReport, console: Any, fit: bool = False) -> None:
+    """The per-layer table and the first divergence on a rich `console` (nothing without a layer view).
+
+    The names are what a user reads the table for, so they are never wrapped, cut or dropped: `fit` (no
+    terminal: a pipe, a CI log, `render("table")`) prints the table at its natural width, one line per row;
+    a terminal too narrow for it drops the `rel` column first, and one too narrow for that gets each row as
+    a short block of lines (names, then each side's verdict and figure), which fits 60 columns.
+    """
     if report.layer_view is None:
         return
-    from rich.table import Table
-
-    table = Table(title="layers, torch beside Flax, in torch's order")
-    for column in COLUMNS:
-        table.add_column(column, no_wrap=column not in ("layer (torch)", "Flax"))
-    for row in report.layer_view:
-        parted = not all(row[s]["verdict"] in ("agree", "rounding") for s in ("input", "output"))
-        table.add_row(*cells(row), style="bold red" if parted else None)
-    console.print(table)
+    for columns in (COLUMNS, COLUMNS[:-1]):
+        table = _layer_table(report, columns)
+        natural = console.measure(table, options=console.options.update_width(10**4)).maximum
+        if fit or natural <= console.width:
+            if natural > console.width:
+                console.width = natural
+            console.print(table)
+            break
+    else:
+        _print_layer_blocks(report, console)
     for line in (divergence_line(report), *replica_lines(report)):
         console.print(line, markup=False, soft_wrap=True)
+
+
+def _parted(row: dict[str, Any]) -> bool:
+    return not all(row[s]["verdict"] in ("agree", "rounding") for s in ("input", "output"))
+
+
+def _layer_table(report: ComparisonReport, columns: tuple[str, ...]):
+    from rich.table import Table
+
+    table = Table(title=TITLE)
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    for row in report.layer_view:
+        table.add_row(*cells(row)[:len(columns)], style="bold red" if _parted(row) else None)
+    return table
+
+
+def block_lines(row: dict[str, Any]) -> list[str]:
+    """One layer-view row as short lines: the names, then one line per side (verdict, max |Δ|, rel)."""
+    torch_name, flax_name, kind, call, in_abs, in_word, out_abs, out_word, rel = cells(row)
+    return [f"{torch_name} ({kind}, call {call})", f"  Flax   {flax_name}",
+            f"  input  {in_word}, max |Δ| {in_abs}", f"  output {out_word}, max |Δ| {out_abs}, rel {rel}"]
+
+
+def _print_layer_blocks(report: ComparisonReport, console: Any) -> None:
+    console.print(TITLE, markup=False, soft_wrap=True)
+    for row in report.layer_view:
+        for line in block_lines(row):
+            console.print(line, markup=False, soft_wrap=True, style="bold red" if _parted(row) else None)
 
 
 def layer_markdown(report: ComparisonReport) -> list[str]:
@@ -76,7 +113,7 @@ def layer_section_html(report: ComparisonReport) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
     body = []
     for row in report.layer_view:
-        parted = not all(row[s]["verdict"] in ("agree", "rounding") for s in ("input", "output"))
+        parted = _parted(row)
         tds = "".join(f"<td class=num>{escape(c)}</td>" if i in (3, 4, 6, 8) else f"<td>{escape(c)}</td>"
                       for i, c in enumerate(cells(row)))
         body.append(f"<tr class=fail>{tds}</tr>" if parted else f"<tr>{tds}</tr>")

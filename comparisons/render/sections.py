@@ -41,8 +41,10 @@ def _first_divergence(found: Any) -> str:
     found = dataclasses.asdict(found) if dataclasses.is_dataclass(found) else dict(found)
     torch_path, flax_path = found.get("torch"), found.get("flax")
     if found.get("where") == "between":
-        place = (f"between <code>{escape(str(found.get('previous')))}</code> and <code>{escape(str(torch_path))}"
-                 "</code>: in unmapped code (an activation, a reshape, a residual)")
+        before = found.get("previous")
+        before = "the model input" if before is None else f"<code>{escape(str(before))}</code>"
+        after = "the model output" if torch_path == "(output)" else f"<code>{escape(str(torch_path))}</code>"
+        place = f"between {before} and {after}: in unmapped code (an activation, a reshape, a residual)"
     else:
         place = f"inside <code>{escape(str(torch_path))}</code> (Flax <code>{escape(str(flax_path))}</code>)"
     cause = f" ({escape(found['cause'])})" if found.get("cause") else ""

@@ -36,14 +36,28 @@ def shown_leaves(check: Check) -> list:
     return [max(check.leaves, key=lambda x: (x.max_abs or 0.0) / x.atol if x.atol else (x.max_abs or 0.0))]
 
 
+KIND_WORDS = {"values": "beyond its bound", "zero": "zero on one side only", "non_finite": "NaN/Inf",
+              "shape": "shapes differ", "dtype": "dtypes differ", "missing": "missing on one side",
+              "extra": "on one side only"}
+
+
 def worst_leaf(check: Check) -> str:
-    """The first failing leaf, else the passing leaf closest to its bound, as 'path |Δ| x ≤ atol y'."""
+    """The worst failing leaf (a broken structure first, then the largest |Δ| against its bound), else the passing
+    leaf closest to its bound, as 'path |Δ| x ≤ atol y' or 'path |Δ| x (port)'."""
     if not check.leaves:
         return ""
-    leaf = shown_leaves(check)[0]
+    leaf = max(shown_leaves(check), key=_badness)
     figure = "—" if leaf.max_abs is None else f"{leaf.max_abs:.1e}"
-    bound = "" if leaf.atol is None or not leaf.passed else f" ≤ atol {leaf.atol:.0e}"
-    return f"{leaf.path} {figure}{bound}" + ("" if leaf.passed else f" {leaf.kind}")
+    if leaf.passed:
+        return f"{leaf.path} {figure}" + ("" if leaf.atol is None else f" ≤ atol {leaf.atol:.0e}")
+    return f"{leaf.path} {figure} ({leaf.cause or KIND_WORDS.get(leaf.kind, leaf.kind)})"
+
+
+def _badness(leaf) -> float:
+    """How far a leaf is from passing: infinite when no figure could be taken (shape, NaN, missing)."""
+    if leaf.max_abs is None:
+        return float("inf")
+    return leaf.max_abs / leaf.atol if leaf.atol else leaf.max_abs
 
 
 def leaf_lines(check: Check) -> list[str]:
@@ -90,13 +104,14 @@ def print_table(report: ComparisonReport, console: Any, fit: bool | None = None)
     `| tee`) widens the console to the table's natural width, so every row stays one greppable line.
     """
     table = _rich_table(report)
-    if console.is_terminal is False if fit is None else fit:
+    fit = console.is_terminal is False if fit is None else fit
+    if fit:
         console.width = max(console.width, console.measure(table, options=console.options.update_width(10**4)).maximum)
     # Prose lines are never wrapped (soft_wrap): a title would wrap at the table's width, a line at the
     # console's, and a wrapped path or number no longer greps.
     console.print(f"{headline(report)}; {tolerance_words(report)}", markup=False, soft_wrap=True)
     console.print(table)
-    print_layer_table(report, console)
+    print_layer_table(report, console, fit)
     _print_footer(console, report)
 
 

@@ -61,7 +61,7 @@ def test_the_page_reads_summary_chart_grid_then_the_folded_checks(seed, passed):
 @drawn
 @given(seed=SEEDS, jump_at=st.integers(1, 29))
 def test_every_text_format_carries_the_one_drift_line(seed, jump_at):
-    for report, words in ((with_drift(seed), "drift: grows like rounding"),
+    for report, words in ((with_drift(seed), " like rounding, slowly and steadily"),
                           (with_drift(seed, jump_at=jump_at), "drift: jumps at step")):
         for fmt in ("table", "markdown", "html"):
             assert words in report.render(fmt), fmt
