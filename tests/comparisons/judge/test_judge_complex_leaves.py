@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comparisons.judge import compare_trees
+from comparisons.judge import Bounds, compare_trees
 
 drawn = settings(max_examples=25, deadline=None)
 
@@ -24,7 +24,7 @@ def test_the_wrong_sign_of_the_imaginary_part_fails_on_that_part(seed, dtype):
     torch_out, wrong = complex_of(h, -h, dtype), complex_of(h, h, dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy's ComplexWarning: a cast that drops the imaginary part
-        check = compare_trees("outputs", "torch vs jax", {"logits": wrong}, {"logits": torch_out}, 1e-5)
+        check = compare_trees("outputs", "torch vs jax", {"logits": wrong}, {"logits": torch_out}, Bounds(1e-5))
     assert not check.passed
     failing = {leaf.path for leaf in check.leaves if not leaf.passed}
     assert failing == {"logits.imag"}, check.detail
@@ -37,7 +37,7 @@ def test_an_honest_complex_leaf_passes_on_both_parts(seed):
     rng = np.random.default_rng(seed)
     h = rng.standard_normal((3, 4))
     out = complex_of(h, -2 * h, np.complex64)
-    check = compare_trees("outputs", "torch vs jax", out, out.copy(), 1e-5)
+    check = compare_trees("outputs", "torch vs jax", out, out.copy(), Bounds(1e-5))
     assert check.passed and {leaf.path for leaf in check.leaves} == {"real", "imag"}
 
 

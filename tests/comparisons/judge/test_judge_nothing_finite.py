@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comparisons.judge import compare_trees
+from comparisons.judge import Bounds, compare_trees
 
 drawn = settings(max_examples=25, deadline=None)
 
@@ -23,7 +23,7 @@ def test_a_leaf_that_is_not_finite_anywhere_fails_by_name(seed, bad):
     blown = str(rng.choice(sorted(torch_tree)))
     jax_tree[blown] = (jax_tree[blown] + 5) * bad  # (h + 5) * nan against h * nan: no finite entry to compare
     torch_tree[blown] = torch_tree[blown] * 0 + bad
-    check = compare_trees("outputs", "torch vs jax:pmap", jax_tree, torch_tree, 1e-5)
+    check = compare_trees("outputs", "torch vs jax:pmap", jax_tree, torch_tree, Bounds(1e-5))
     assert not check.passed
     (leaf,) = [leaf for leaf in check.leaves if not leaf.passed]
     assert leaf.path == blown and leaf.kind == "non_finite" and "nothing finite to compare" in leaf.message
@@ -38,4 +38,4 @@ def test_nan_at_the_same_positions_beside_finite_entries_still_passes(seed):
     path = sorted(torch_tree)[0]
     torch_tree[path][0, 0] = np.nan  # a masked entry both sides share
     jax_tree = {p: leaf.copy() for p, leaf in torch_tree.items()}
-    assert compare_trees("outputs", "torch vs jax:pmap", jax_tree, torch_tree, 1e-5).passed
+    assert compare_trees("outputs", "torch vs jax:pmap", jax_tree, torch_tree, Bounds(1e-5)).passed
