@@ -7,6 +7,7 @@ and the other did not is a row with a "missing" side. Activations reach Flax's l
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from comparisons.convert import RULES, Layer
 from comparisons.judge import Bounds, Sides, compare_trees, judge_cross, larger, measured_rounding
+from comparisons.layers._attention import attention_hint
 from comparisons.layers._records import Call, Row, Side
 from comparisons.verdicts import Leaf
 
@@ -70,9 +72,10 @@ def judge_side(path: str, float32: Sides, float64: Sides, *, tol: Bounds, measur
                     "without a tensor, or one inside a JAX transform such as nn.scan)")
     torch32, flax32 = broadcast(torch32, flax32)
     torch64, flax64 = broadcast(_widened(torch64), _widened(flax64))
-    return side_of(judge_trees(path, Sides({path: torch32}, {path: flax32}),
+    side = side_of(judge_trees(path, Sides({path: torch32}, {path: flax32}),
                                None if torch64 is None or flax64 is None
                                else Sides({path: torch64}, {path: flax64}), tol), measured)
+    return side if side.agrees else dataclasses.replace(side, attention=attention_hint(torch32, flax32))
 
 
 def _widened(value: np.ndarray | None) -> np.ndarray | None:

@@ -29,11 +29,17 @@ GENERIC = "attention: the scale, the mask, the softmax axis or the head split/me
 
 def between_attention(previous: str | None, current: str) -> bool:
     """Whether `previous` is a q/k/v projection and `current` the output projection of one attention block."""
-    if not previous or "." not in current:
+    if not previous:
         return False
-    before, after = previous.rsplit(".", 1) if "." in previous else ("", previous), current.rsplit(".", 1)
-    same_block = before[0] == after[0] or after[0].startswith(before[0] + ".") or before[0].startswith(after[0])
-    return bool(QKV.match(before[1]) and OUT.match(after[1]) and same_block)
+    (block, projection), (out_block, out) = _split(previous), _split(current)
+    same_block = out_block == block or out_block.startswith(f"{block}.") if block else True
+    return bool(QKV.match(projection) and OUT.match(out) and same_block)
+
+
+def _split(name: str) -> tuple[str, str]:
+    """('blocks.0.attn', 'v_proj') of 'blocks.0.attn.v_proj'; ('', 'v') of 'v'."""
+    block, _, last = name.rpartition(".")
+    return block, last
 
 
 def attention_hint(torch_value: np.ndarray | None, flax_value: np.ndarray | None) -> str:

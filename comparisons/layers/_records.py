@@ -33,6 +33,7 @@ class Side:
     verdict: str
     cause: str | None = None
     message: str = ""
+    attention: str = ""  # on a side that differs: the attention bug its pattern along the positions points to
 
     @property
     def agrees(self) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from comparisons.convert import RULES, Layer
+from comparisons.layers._attention import between_attention
 from comparisons.layers._records import Row, Side
 from comparisons.placement import canonical_path
 from comparisons.verdicts import Check
@@ -42,8 +43,10 @@ def first_divergence(rows: Sequence[Row], output: Side, mapping: Sequence[Layer]
     previous = None
     for row in (row for row in rows if row.has_values):  # a call one side never made is a note, not a divergence
         if not row.input.agrees:
+            hint = row.input.attention if between_attention(previous, row.torch) and row.input.attention \
+                else BETWEEN_HINT
             return _record("between", row, previous, row.input, f"`{previous or 'the model input'}` agrees but "
-                           f"`{row.torch}`'s input {_differs(row.input)}: {BETWEEN_HINT}")
+                           f"`{row.torch}`'s input {_differs(row.input)}: {hint}")
         if not row.output.agrees:
             hint = HINTS.get(row.kind, "compare its settings")
             return _record("inside", row, previous, row.output, f"`{row.torch}` ({row.kind}): input agrees to "

@@ -63,6 +63,7 @@ def test_the_four_hints_differ_and_an_unmeasurable_side_gets_the_generic_one():
     ("layer.2.attention.value", "layer.2.attention.output.dense", True),
     ("h.1.attn.c_attn", "h.1.attn.c_proj", True), ("attn.q", "attn.o", True),
     ("blocks.0.mlp.fc1", "blocks.0.mlp.fc2", False), ("blocks.0.attn.v_proj", "blocks.1.attn.o_proj", False),
-    (None, "attn.o", False), ("norm", "fc2", False)])
+    (None, "attn.o", False), ("norm", "fc2", False), ("v", "o", True), ("v", "mlp.fc", False),
+    ("blocks.0.attn.v", "o", False)])
 def test_an_attention_block_is_told_by_its_projection_names(previous, current, expected):
     assert between_attention(previous, current) is expected
