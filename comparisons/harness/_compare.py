@@ -9,6 +9,7 @@ K optimizer steps — data-parallel vs single within each backend and torch vs J
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -86,6 +87,7 @@ def compare_settings(pair: ModelPair | str, settings: Settings) -> ComparisonRep
     with run_support.light_compiles(devices.jax) as light:
         notes = _opening_notes(settings, light)
         built = _build(pair, config)
+        pair = _with_padding_rows(pair, built)
         runs = _run_all(_inputs(pair, config), built, settings, devices)
         verdicts = _judge(runs, built, settings)
         notes += _notes(runs, built, settings, devices)
@@ -267,6 +269,16 @@ def _build(pair: ModelPair, config: RunConfig) -> Built:
         return pair.build(seed=config.seed, dtype=np.dtype(config.dtype))
     except ConversionError as error:
         raise ComparisonError(f"compare: pair {pair.name!r} cannot be converted: {error}") from None
+
+
+def _with_padding_rows(pair: ModelPair, built: Built) -> ModelPair:
+    """`pair` with the padding rows its torch module declares, when it declares 'padding_row_gradient' but
+    names none (a ModelPair written by hand): the rows come from the built module's nn.Embedding(padding_idx)."""
+    if "padding_row_gradient" not in pair.known_differences or pair.padding_rows or built.torch is None:
+        return pair
+    from comparisons.models import padding_rows
+
+    return dataclasses.replace(pair, padding_rows=padding_rows(built.torch, pair.mapping))
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from comparisons.hf._checks import (
 from comparisons.hf._inputs import MakeInputs, derived_inputs
 from comparisons.hf._losses import cross_entropy_jax, cross_entropy_torch, head_of, hidden_square_losses, labels_for
 from comparisons.hf._rules import register_own_parameter_rules, register_rules
-from comparisons.models.derive import pair_from_modules
+from comparisons.models.derive import padding_rows, pair_from_modules
 from comparisons.models.pair import ModelPair
 
 
@@ -71,7 +71,7 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
         name, torch_model, apply, make_inputs=make_inputs,
         loss_torch=loss_torch or default_losses[0], loss_jax=loss_jax or default_losses[1],
         variables=variables, to_flax_inputs=to_flax, description=description, **overrides)
-    return dataclasses.replace(built, padding_rows=_padding_rows(torch_model, built.mapping))
+    return dataclasses.replace(built, padding_rows=padding_rows(torch_model, built.mapping))
 
 
 def _float32() -> Any:
@@ -95,7 +95,7 @@ def _declare(torch_model: Any, overrides: dict, torch_only: list[str], *, paddin
     """Add the derived one-sided declarations to the user's (never replacing them): the torch cache
     output, and torch parameters with no Flax twin that are frozen or that the output never reaches;
     `padding`: the user's inputs may hold pad ids (derived ones never do)."""
-    known = _known(torch_model) + (("padding_row_gradient",) if padding and _padding_rows(torch_model, None) else ())
+    known = _known(torch_model) + (("padding_row_gradient",) if padding and padding_rows(torch_model, None) else ())
     declared = {"torch_only": ("past_key_values*", *torch_only), "known_differences": known}
     for key, value in declared.items():
         overrides[key] = tuple(dict.fromkeys([*value, *overrides.get(key, ())]))
@@ -121,28 +121,6 @@ def _known(torch_model: Any) -> tuple[str, ...]:
            and "BatchNorm" not in type(m).__name__):
         found.append("torch_buffer_flax_parameter")
     return tuple(found)
-
-
-def _padding_rows(torch_model: Any, mapping: Any) -> tuple[tuple[str, int], ...]:
-    """(Flax path of the table, padding row) of each nn.Embedding with a padding_idx, through `mapping`
-    (None: torch module names, to tell whether there is any)."""
-    import torch
-
-    from comparisons.convert import RULES
-    from comparisons.placement import canonical_path
-
-    rows = []
-    for name, module in torch_model.named_modules():
-        if not isinstance(module, torch.nn.Embedding) or module.padding_idx is None:
-            continue
-        if mapping is None:
-            rows.append((name, module.padding_idx))
-            continue
-        layer = next((entry for entry in mapping if entry.torch == name), None)
-        if layer is not None:
-            leaf = RULES[layer.kind].flax_names.get("weight", "weight")
-            rows.append((f"{canonical_path(layer.flax)}.{leaf}", module.padding_idx))
-    return tuple(rows)
 
 
 def _flat_variables(variables: Any, flax_model: Any) -> dict:

@@ -165,7 +165,31 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
         has_batch_stats="batch_stats" in shapes, description=description,
         torch_only=tuple(dict.fromkeys([*(n for n in derived_only if n not in aliases), *torch_only])),
         flax_only=tuple(flax_only), variables=variables, known_differences=tuple(known_differences), tied=tied,
+        padding_rows=padding_rows(torch_module, layers) if "padding_row_gradient" in known_differences else (),
         jax_side=FLAX_APPLY if isinstance(flax_model, FlaxApply) else LINEN)
+
+
+def padding_rows(torch_module: Any, mapping: Any) -> tuple[tuple[str, int], ...]:
+    """(Flax path of the table, padding row) of each nn.Embedding with a padding_idx, through `mapping`
+    (None: torch module names, to tell whether there is any): what the known difference
+    'padding_row_gradient' measures on its own (judge/_padding_row.py)."""
+    import torch
+
+    from comparisons.convert import RULES
+    from comparisons.placement import canonical_path
+
+    rows = []
+    for name, module in torch_module.named_modules():
+        if not isinstance(module, torch.nn.Embedding) or module.padding_idx is None:
+            continue
+        if mapping is None:
+            rows.append((name, module.padding_idx))
+            continue
+        layer = next((entry for entry in mapping if entry.torch == name), None)
+        if layer is not None:
+            leaf = RULES[layer.kind].flax_names.get("weight", "weight")
+            rows.append((f"{canonical_path(layer.flax)}.{leaf}", module.padding_idx))
+    return tuple(rows)
 
 
 def tied_parameters(torch_module: Any) -> tuple[tuple[str, str], ...]:
