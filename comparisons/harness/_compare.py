@@ -87,7 +87,7 @@ def compare_settings(pair: ModelPair | str, settings: Settings) -> ComparisonRep
     with run_support.light_compiles(devices.jax) as light:
         notes = _opening_notes(settings, light)
         built = _build(pair, config)
-        pair = _with_padding_rows(pair, built)
+        pair = _with_declarations(pair, built)
         runs = _run_all(_inputs(pair, config), built, settings, devices)
         verdicts = _judge(runs, built, settings)
         notes += _notes(runs, built, settings, devices)
@@ -271,14 +271,19 @@ def _build(pair: ModelPair, config: RunConfig) -> Built:
         raise ComparisonError(f"compare: pair {pair.name!r} cannot be converted: {error}") from None
 
 
-def _with_padding_rows(pair: ModelPair, built: Built) -> ModelPair:
-    """`pair` with the padding rows its torch module declares, when it declares 'padding_row_gradient' but
-    names none (a ModelPair written by hand): the rows come from the built module's nn.Embedding(padding_idx)."""
-    if "padding_row_gradient" not in pair.known_differences or pair.padding_rows or built.torch is None:
-        return pair
-    from comparisons.models import padding_rows
+def _with_declarations(pair: ModelPair, built: Built) -> ModelPair:
+    """`pair` with what its declared known differences read from the built torch module, when the pair does not
+    name it (a ModelPair written by hand): the padding rows of its nn.Embedding(padding_idx), the parameters it
+    freezes."""
+    from comparisons.models import frozen_leaves, padding_rows
 
-    return dataclasses.replace(pair, padding_rows=padding_rows(built.torch, pair.mapping))
+    declared = set(pair.known_differences)
+    if built.torch is None or not declared & {"padding_row_gradient", "frozen_in_torch"}:
+        return pair
+    rows = pair.padding_rows or (padding_rows(built.torch, pair.mapping) if "padding_row_gradient" in declared
+                                 else ())
+    frozen = pair.frozen or (frozen_leaves(built.torch, pair.mapping) if "frozen_in_torch" in declared else ())
+    return dataclasses.replace(pair, padding_rows=rows, frozen=frozen)
 
 
 @contextlib.contextmanager

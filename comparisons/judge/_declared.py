@@ -35,6 +35,9 @@ def _cross(pair: Any, subject: str, jax_value: Any, torch_value: Any) -> tuple[A
     if _padding_row.applies(pair, subject):  # row p is measured on its own (padding_row_checks)
         jax_value = _padding_row.without_rows(pair, jax_value)
         torch_value = _padding_row.without_rows(pair, torch_value)
+    if subject == "gradients" and "frozen_in_torch" in pair.known_differences and pair.frozen:
+        jax_value = _drop(jax_value, lambda path: path in pair.frozen)  # one-sided: frozen_checks measures it
+        torch_value = _drop(torch_value, lambda path: path in pair.frozen)
     if subject == "gradients" and _one_sided_gradients(pair):
         torch_side = flatten(torch_value)
         return _drop(jax_value, lambda path: path not in torch_side), torch_side
@@ -79,11 +82,35 @@ def checks(pair: Any, runs: list, tol: float, inputs: tuple | None = None) -> li
     # DataParallel gives such a parameter a zero gradient (replicate's backward sums zeros); a
     # single-device run leaves it None, so the reference run is the one that tells.
     unused = tuple(dict.fromkeys([*torch_run.single.unused_parameters, *torch_run.dp.unused_parameters]))
+    unused = tuple(name for name in unused if not _frozen(pair, name, flatten(torch_run.dp.gradients)))
+    found += [_frozen_check(pair, run, tol) for run in runs[1:] if pair.frozen
+              and "frozen_in_torch" in pair.known_differences]
     if unused:
         found += [_unused_check(pair, unused, run, tol) for run in runs[1:]]
     if "flax_batchnorm_biased_var" in pair.known_differences and pair.has_batch_stats:
         found += [_biased_var_check(torch_run, run, tol) for run in runs[1:]]
     return found + _padding_row.padding_row_checks(pair, runs, inputs, tol)
+
+
+def _frozen(pair: Any, name: str, grads: dict) -> bool:
+    """Whether torch parameter `name` is one the pair declares frozen in torch (not unused: frozen_checks)."""
+    leaves = _flax_leaves_of(pair, name, grads)
+    return bool(leaves) and "frozen_in_torch" in pair.known_differences and set(leaves) <= set(pair.frozen)
+
+
+def _frozen_check(pair: Any, run: Any, tol: float) -> Check:
+    """The Flax gradient of the parameters torch freezes, reported one-sided (torch has none to compare)."""
+    grads = flatten(run.dp.gradients)
+    sizes = {path: float(np.abs(grads[path]).max()) if path in grads else None for path in pair.frozen}
+    missing = [path for path, size in sizes.items() if size is None]
+    shown = ", ".join(f"{path} |grad| {size:.3g}" for path, size in sizes.items() if size is not None)
+    detail = (f"known difference, not data parallelism: torch freezes {', '.join(pair.frozen)} (requires_grad=False); "
+              f"{run.label}'s gradient, reported one-sided: {shown or 'none'}; its optimizer leaves them unchanged, as "
+              "torch.optim does, so the parameters after every step are compared as usual")
+    if missing:
+        detail += f"; no Flax gradient for {', '.join(missing)}: the mapping names no such leaf"
+    return Check("known_difference", f"torch vs {run.label}: frozen in torch", not missing,
+                 max((v for v in sizes.values() if v is not None), default=None), None, tol, detail)
 
 
 def _unused_check(pair: Any, unused: tuple[str, ...], run: Any, tol: float) -> Check:

@@ -169,6 +169,26 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
         jax_side=FLAX_APPLY if isinstance(flax_model, FlaxApply) else LINEN)
 
 
+def frozen_leaves(torch_module: Any, mapping: Any) -> tuple[str, ...]:
+    """The Flax parameter path of each torch parameter with requires_grad=False, through `mapping` (what the
+    known difference 'frozen_in_torch' keeps unchanged on the JAX side); a parameter with no Flax leaf is
+    left out."""
+    from comparisons.convert import RULES
+    from comparisons.placement import canonical_path
+
+    found = []
+    for name, parameter in torch_module.named_parameters():
+        owners = [layer for layer in mapping if name.startswith(f"{layer.torch}.") or not layer.torch]
+        if parameter.requires_grad or not owners:
+            continue
+        layer = max(owners, key=lambda entry: len(entry.torch))
+        suffix = name[len(layer.torch) + 1:] if layer.torch else name
+        prefix = canonical_path(layer.flax)
+        leaf = RULES[layer.kind].flax_names.get(suffix, suffix)
+        found.append(f"{prefix}.{leaf}" if prefix else leaf)
+    return tuple(found)
+
+
 def padding_rows(torch_module: Any, mapping: Any) -> tuple[tuple[str, int], ...]:
     """(Flax path of the table, padding row) of each nn.Embedding with a padding_idx, through `mapping`
     (None: torch module names, to tell whether there is any): what the known difference

@@ -52,6 +52,9 @@ class ModelPair:
       padding_rows: (Flax parameter path, row) of each embedding table whose row torch's
         `padding_idx` keeps out of the gradient ('model.decoder.embed_tokens.embedding', 1); read with
         the known difference 'padding_row_gradient'.
+      frozen: the Flax parameter paths of the parameters torch freezes (requires_grad=False), read with the
+        known difference 'frozen_in_torch': the JAX side's optimizer leaves them unchanged, as torch.optim
+        does, and their Flax gradient is reported one-sided. Filled at compare time from the built module.
       jax_side: what kind of JAX side the pair has (`JaxSide`, models/jax_side.py): how it is made,
         converted and run; a linen Module by default (`pair_from_modules` names a FlaxApply's).
     """
@@ -72,6 +75,7 @@ class ModelPair:
     known_differences: tuple[str, ...] = ()
     padding_rows: tuple[tuple[str, int], ...] = ()
     tied: tuple[tuple[str, str], ...] = ()
+    frozen: tuple[str, ...] = ()
     jax_side: JaxSide = field(default=LINEN, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -170,8 +174,9 @@ KNOWN_DIFFERENCES: dict[str, str] = {
         "a tensor torch keeps as a buffer (mbart's final_logits_bias) is a parameter in Flax: its values are "
         "compared, its Flax gradient has no torch twin and is reported one-sided"),
     "frozen_in_torch": (
-        "a parameter torch freezes (requires_grad=False: whisper's embed_positions) trains in Flax: torch gives it "
-        "no gradient, so its Flax gradient is reported one-sided"),
+        "a parameter torch freezes (requires_grad=False: whisper's embed_positions) has a gradient in Flax: torch "
+        "gives it none, so its Flax gradient is reported one-sided, and the JAX side's optimizer leaves it "
+        "unchanged, as torch.optim does, so every step's parameters still compare"),
     "padding_row_gradient": (
         "torch's nn.Embedding(padding_idx=p) leaves the lookups of token p out of row p's gradient; a Flax nn.Embed "
         "does not: when the inputs hold p, row p's gradient (and its row after a step) is measured, not compared; "

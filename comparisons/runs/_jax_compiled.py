@@ -42,6 +42,7 @@ class _StepKey:
     loss_jax: Callable
     pair_name: str
     optimizer: str
+    frozen: tuple[str, ...] = ()  # parameters torch freezes (ModelPair.frozen): no update
 
 
 def train_compiled(run: RunInputs, flax_module: Any, variables: dict, devices: tuple, strategy: str, *,
@@ -52,7 +53,7 @@ def train_compiled(run: RunInputs, flax_module: Any, variables: dict, devices: t
     """
     pair, config = run.pair, run.config
     key = _StepKey(flax_module, devices, strategy, config.dim, mutable_collections(pair), pair.loss_jax, pair.name,
-                   config.optimizer)
+                   config.optimizer, pair.frozen)
     try:
         train_step = _train_step(key)
     except TypeError:  # a module with an unhashable field: build afresh (and compile again)
@@ -60,7 +61,7 @@ def train_compiled(run: RunInputs, flax_module: Any, variables: dict, devices: t
     x = pair.to_flax_inputs(run.inputs)
     params = variables["params"]
     collections = {k: v for k, v in variables.items() if k != "params"}
-    opt_state = optax_optimizer(config.optimizer).init(params)
+    opt_state = optax_optimizer(config.optimizer, pair.frozen).init(params)
     trajectory = Trajectory() if config.trajectory else None
     host = jax.device_get
     for step in range(config.steps):
@@ -85,7 +86,8 @@ def _train_step(key: _StepKey) -> Any:
         loss, (_, updated) = loss_of_output(variables, x, y)
         return loss, updated
 
-    return wrapper.train_step(optax_optimizer(key.optimizer), loss_with_collections, has_aux=True, return_grads=True)
+    tx = optax_optimizer(key.optimizer, key.frozen)
+    return wrapper.train_step(tx, loss_with_collections, has_aux=True, return_grads=True)
 
 
 def clear_caches() -> None:

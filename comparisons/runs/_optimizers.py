@@ -26,11 +26,23 @@ def torch_optimizer(name: str, params: Any) -> Any:
     return torch.optim.SGD(params, lr=settings["lr"], momentum=settings.get("momentum", 0.0))
 
 
-def optax_optimizer(name: str) -> Any:
-    """optax's sgd / sgd with momentum / adam with the hyper-parameters in OPTIMIZERS."""
+def optax_optimizer(name: str, frozen: tuple[str, ...] = ()) -> Any:
+    """optax's sgd / sgd with momentum / adam with the hyper-parameters in OPTIMIZERS; the parameters at the
+    dotted paths `frozen` ('embed.embedding') get no update, as torch.optim gives a requires_grad=False one."""
     import optax
 
     settings = OPTIMIZERS[name]
-    if name == "adam":
-        return optax.adam(settings["lr"])
-    return optax.sgd(settings["lr"], momentum=settings.get("momentum"))
+    tx = optax.adam(settings["lr"]) if name == "adam" else optax.sgd(settings["lr"], momentum=settings.get("momentum"))
+    if not frozen:
+        return tx
+    return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()},
+                                 lambda params: _labels(params, frozen))
+
+
+def _labels(params: Any, frozen: tuple[str, ...]) -> Any:
+    import jax
+
+    def label(path, _):
+        dotted = ".".join(str(getattr(key, "key", getattr(key, "idx", key))) for key in path)
+        return "frozen" if dotted in frozen else "train"
+    return jax.tree_util.tree_map_with_path(label, params)

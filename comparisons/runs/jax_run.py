@@ -86,7 +86,7 @@ def run_padded(run: RunInputs, flax_module: Any, variables: dict, devices: Seque
 def _train(step_fn, variables, x, run: RunInputs, progress, *, record: bool = False) -> tuple[Snapshot, tuple]:
     params = variables["params"]
     state = {k: v for k, v in variables.items() if k != "params"}
-    init, update = _optimizer_step(run.config.optimizer)
+    init, update = _optimizer_step(run.config.optimizer, run.pair.frozen)
     opt_state = init(params)
     first: dict[str, Any] = {}
     trajectory = Trajectory() if record else None
@@ -106,9 +106,10 @@ def _train(step_fn, variables, x, run: RunInputs, progress, *, record: bool = Fa
 
 
 @functools.lru_cache(maxsize=8)
-def _optimizer_step(name: str):
-    """(init, step) for optimizer `name`; step(grads, state, params) -> (params, state), jitted once."""
-    optimizer = optax_optimizer(name)
+def _optimizer_step(name: str, frozen: tuple[str, ...] = ()):
+    """(init, step) for optimizer `name` (`frozen` leaves kept); step(grads, state, params) -> (params, state),
+    jitted once."""
+    optimizer = optax_optimizer(name, frozen)
 
     @jax.jit
     def step(grads, state, params):

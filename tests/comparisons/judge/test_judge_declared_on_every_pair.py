@@ -67,3 +67,40 @@ def test_without_the_declaration_the_padding_row_fails_by_name():
     report = compare(pair((), 3), seed=3, **SMALL)
     grads = next(c for c in report.checks if c.subject == "gradients" and c.compared.startswith("torch DP vs jax"))
     assert not grads.passed and [leaf.path for leaf in grads.leaves if not leaf.passed] == ["embed.embedding"]
+
+
+class TorchFrozen(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+        self.fc = torch.nn.Linear(WIDTH, 3)
+        self.embed.weight.requires_grad_(False)
+
+    def forward(self, ids):
+        return self.fc(self.embed(ids).mean(dim=1))
+
+
+def frozen_pair(known: tuple[str, ...], seed: int):
+    torch.manual_seed(seed)
+    return pair_from_modules("frozen", TorchFrozen(), FlaxPlain(), make_inputs=with_pads, known_differences=known,
+                             loss_torch=lambda out, y: ((out - y) ** 2).mean(),
+                             loss_jax=lambda out, y: jnp.mean((out - y) ** 2))
+
+
+@pytest.mark.parametrize("kind", ["pair_from_modules", "ModelPair"])
+@pytest.mark.parametrize("strategy", ["explicit", "shard_map"])
+def test_a_declared_frozen_parameter_is_reported_one_sided_and_kept_on_the_jax_side(kind, strategy):
+    seed = int(np.random.default_rng().integers(1000))
+    declared = frozen_pair(("frozen_in_torch",), seed)
+    if kind == "ModelPair":
+        declared = dataclasses.replace(declared, frozen=())
+    report = compare(declared, seed=seed, **dict(SMALL, strategies=[strategy], steps=3, optimizer="adam"))
+    assert report.ok, report.render("markdown")
+    (known,) = [c for c in report.checks if c.subject == "known_difference"]
+    assert "torch freezes embed.embedding" in known.detail and known.max_abs > 0
+
+
+def test_an_undeclared_frozen_parameter_fails_naming_it():
+    report = compare(frozen_pair((), 5), seed=5, **SMALL)
+    unused = next(c for c in report.checks if c.subject == "unused_parameters")
+    assert not unused.passed and "embed.weight" in unused.detail
