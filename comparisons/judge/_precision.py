@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from comparisons.judge._bounds import Bounds, Sides
-from comparisons.judge._numerics import TOLERANCES, flatten, hint, judge_leaves, summarise, with_cause
+from comparisons.judge._numerics import TOLERANCES, flatten, hint, judge_leaves, subject_scale, summarise, with_cause
 from comparisons.verdicts import Check, Leaf
 
 _TO_FLOAT64 = float(np.finfo(np.float64).eps / np.finfo(np.float32).eps)
@@ -43,12 +43,14 @@ def larger(*roundings: Mapping[str, float]) -> dict[str, float]:
 
 
 def judge_cross(subject: str, compared: str, float32: Sides, float64: Sides, bounds: Bounds, *,
-                rounding: Mapping[str, float], labels: Sides, float32_islands: bool = False) -> Check:
+                rounding: Mapping[str, float], labels: Sides, float32_islands: bool = False,
+                noise: frozenset[str] = frozenset()) -> Check:
     """A torch-vs-JAX check with a cause on each leaf that differs: the JAX side's tree judged against torch's
     in float32 under `bounds` and in float64, `rounding` the larger measured float32 rounding per path,
     `labels` each side's name in the messages. With `float32_islands` (a declared known difference: part of
     the model stays float32 in the float64 runs) the float64 runs are judged at the float32 bound, which still
-    catches a port difference beyond it."""
+    catches a port difference beyond it. `noise`: leaves whose gradient is rounding noise in both float64 runs
+    (`noise_gradients`), where float64 cannot tell a port from rounding: judged at the float32 bound alone."""
     sides = (labels.flax, labels.torch)
     in32, rel_norm = judge_leaves(float32.flax, float32.torch, Bounds(bounds.rtol, bounds.atol), rounding=rounding,
                                   sides=sides)
@@ -60,8 +62,32 @@ def judge_cross(subject: str, compared: str, float32: Sides, float64: Sides, bou
     scaled = {path: r * scale for path, r in rounding.items()}
     in64, _ = judge_leaves(float64.flax, float64.torch, Bounds(rtol64), rounding=scaled, sides=sides64)
     by_path = {leaf.path: hint(subject, leaf, sides64) for leaf in in64}
-    leaves = [_cause(hint(subject, leaf, sides), by_path.get(leaf.path)) for leaf in in32]
+    leaves = [_noise_cause(leaf) if leaf.path in noise else _cause(hint(subject, leaf, sides), by_path.get(leaf.path))
+              for leaf in in32]
     return summarise(subject, compared, leaves, rel_norm, bounds.rtol)
+
+
+NOISE = 1e-10  # a float64 gradient below this fraction of the subject's largest is zero in exact arithmetic
+NOISE_WORDS = ("its gradient is rounding noise in both frameworks' float64 runs (zero in exact arithmetic: a bias "
+               "before a normalisation), which an optimizer such as Adam scales up, so float64 cannot tell a port "
+               "difference from rounding here; judged at the float32 bound")
+
+
+def noise_gradients(reference: Any) -> frozenset[str]:
+    """The gradient leaves (dotted paths) at rounding-noise level in both frameworks' float64 runs: every entry
+    below NOISE x the largest |gradient| of its own run (`reference`: a Float64Reference)."""
+    torch64, jax64 = flatten(reference.torch.gradients), flatten(reference.jax.gradients)
+    scales = [subject_scale(tree) for tree in (torch64, jax64)]
+    return frozenset(path for path in torch64 if path in jax64 and all(
+        np.size(tree[path]) and float(np.abs(tree[path]).max()) <= NOISE * scale
+        for tree, scale in zip((torch64, jax64), scales)))
+
+
+def _noise_cause(leaf: Leaf) -> Leaf:
+    if leaf.passed:
+        words = leaf.message or f"`{leaf.path}`: {NOISE_WORDS}"
+        return dataclasses.replace(with_cause(leaf, "rounding"), message=words)
+    return dataclasses.replace(leaf, message=f"{leaf.message}; {NOISE_WORDS}")
 
 
 def _cause(leaf: Leaf, in64: Leaf | None) -> Leaf:

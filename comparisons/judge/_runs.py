@@ -13,7 +13,7 @@ from comparisons.judge import _declared as declared
 from comparisons.judge._bounds import Bounds, Sides
 from comparisons.judge._numerics import compare_trees
 from comparisons.judge._placement import check_aliasing, compare_placement
-from comparisons.judge._precision import judge_cross, larger, measured_rounding
+from comparisons.judge._precision import judge_cross, larger, measured_rounding, noise_gradients
 from comparisons.runs import BackendRun, Float64Reference
 from comparisons.verdicts import Check
 
@@ -82,9 +82,10 @@ def _cross(pair: Any, subject: str, torch_run: BackendRun, run: BackendRun, tol:
         return compare_trees(subject, compared, float32.flax, float32.torch, tol.bounds,
                              sides=(labels.flax, labels.torch))
     float64 = declared.cross(pair, subject, getattr(tol.reference.jax, subject), getattr(tol.reference.torch, subject))
+    noise = noise_gradients(tol.reference) if subject in ("gradients", "params_after_steps") else frozenset()
     return judge_cross(subject, compared, float32, float64, tol.bounds,
                        rounding=larger(rounding["torch"], rounding[run.label]), labels=labels,
-                       float32_islands="float32_islands" in pair.known_differences)
+                       float32_islands="float32_islands" in pair.known_differences, noise=noise)
 
 
 def _compiled_vs_eager(runs: list[BackendRun], tol: _Judged) -> list[Check]:
