@@ -66,7 +66,7 @@ def twins(name: str, seed: int):
             module.running_var.uniform_(0.5, 2.0)
     linen = pair.make_flax()
     inputs, _ = pair.make_inputs(2, seed, np.float32)
-    like = linen.init(jax.random.key(0), *pair.to_flax_inputs(inputs))
+    like = jax.eval_shape(linen.init, jax.random.key(0), *pair.to_flax_inputs(inputs))
     variables = torch_to_flax(torch_model.state_dict(), pair.mapping, like=like)
     model = nnx_class(rngs=nnx.Rngs(seed))
     load_linen(model, variables)
@@ -88,12 +88,13 @@ def test_nnx_twin_forward_matches_linen_twin(name, train, seed, batch_size):
     inputs, _ = pair.make_inputs(batch_size, seed + 1, np.float32)
     flax_inputs = pair.to_flax_inputs(inputs)
     if train:
-        linen_out, updates = linen.apply(variables, *flax_inputs, train=True, mutable=["batch_stats"])
+        linen_out, updates = jax.jit(linen.apply, static_argnames=("train", "mutable"))(
+            variables, *flax_inputs, train=True, mutable="batch_stats")
         model.train()
     else:
-        linen_out, updates = linen.apply(variables, *flax_inputs, train=False), {}
+        linen_out, updates = jax.jit(linen.apply, static_argnames="train")(variables, *flax_inputs, train=False), {}
         model.eval()
-    out = model(*flax_inputs)
+    out = nnx.jit(lambda m, *x: m(*x))(model, *flax_inputs)  # one compile: cheaper than op by op
     assert out.dtype == linen_out.dtype == jnp.float32
     np.testing.assert_allclose(out, linen_out, **FLOAT32)
     stats = nnx_arrays(nnx.state(model, nnx.BatchStat))
@@ -116,9 +117,9 @@ def test_nnx_twin_training_gradients_match_linen_twin(name, seed):
         out = linen.apply({"params": params, **others}, *flax_inputs, train=True, mutable=["batch_stats"])[0]
         return pair.loss_jax(out, targets)
 
-    linen_grads = jax.grad(linen_loss)(variables["params"])
+    linen_grads = jax.jit(jax.grad(linen_loss))(variables["params"])
     model.train()
-    grads = nnx.grad(lambda m: pair.loss_jax(m(*flax_inputs), targets))(model)
+    grads = nnx.jit(nnx.grad(lambda m: pair.loss_jax(m(*flax_inputs), targets)))(model)
     assert_trees_close(nnx_arrays(grads), by_nnx_path({"params": linen_grads}))
     assert any(np.abs(g).max() > 0 for g in nnx_arrays(grads).values())
 
