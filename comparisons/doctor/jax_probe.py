@@ -1,9 +1,10 @@
 """`doctor_jax`: what an apply function closes over and does in Python, seen by tracing it once.
 
-Two kinds exist in JAX, where torch has six (plus `nnx-default`: an NNX layer the function calls whose
-setting is not torch's, by `comparisons.judge.nnx_traps`): a JAX function has no module tree to copy, so only the
+Two kinds exist in JAX, where torch has six: a JAX function has no module tree to copy, so only the
 counterparts of "shared, not replicated" (`closed-over-array`) and "state outside the function's
-outputs" (`side-effect-in-trace`) remain. Cost: one trace (`jax.make_jaxpr`, no compile), then
+outputs" (`side-effect-in-trace`) remain. A third is about porting: `nnx-default`, an NNX layer the
+function reaches whose setting is not torch's (`comparisons.judge.nnx_traps`), at its path.
+Cost: one trace (`jax.make_jaxpr`, no compile), then
 two dp_jax.DataParallel calls (the first compiles per device) to count how often Python runs.
 """
 from __future__ import annotations
