@@ -28,6 +28,8 @@ FIXES = {
                          "argument, so dp_jax.replicate puts a copy on every device",
     "side-effect-in-trace": "keep the function pure: return the value, or use jax.debug.print / "
                             "jax.debug.callback for effects that must happen per step",
+    "nnx-default": "give the NNX layer torch's setting (the finding names the argument): nnx.BatchNorm, "
+                   "nnx.LayerNorm, nnx.RMSNorm and nnx.Embed default to values torch does not use",
     "run-error": "fix the error above; the doctor's other findings are what it saw before it",
 }
 KINDS = tuple(FIXES)

@@ -2,7 +2,9 @@
 
 Two kinds exist in JAX, where torch has six: a JAX function has no module tree to copy, so only the
 counterparts of "shared, not replicated" (`closed-over-array`) and "state outside the function's
-outputs" (`side-effect-in-trace`) remain. Cost: one trace (`jax.make_jaxpr`, no compile), then
+outputs" (`side-effect-in-trace`) remain. A third is about porting: `nnx-default`, an NNX layer the
+function reaches whose setting is not torch's (`comparisons.judge.nnx_traps`), at its path.
+Cost: one trace (`jax.make_jaxpr`, no compile), then
 two dp_jax.DataParallel calls (the first compiles per device) to count how often Python runs.
 """
 from __future__ import annotations
@@ -49,7 +51,7 @@ def doctor_jax(apply_fn: Any, variables: Any, *inputs: Any, devices: int | Seque
         except Exception as error:  # noqa: BLE001 - the user's function failing to trace is a finding
             return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list),
                                 (_error_finding(error, "tracing the apply function"),))
-    findings = _closed_over(closed.consts, reached, functions, device_list)
+    findings = _closed_over(closed.consts, reached, functions, device_list) + _nnx_defaults(apply_fn, reached)
     changed = [item for item in reached if _state(item) != before[item.name]]
     notes: list[str] = []
     if changed or printed:
@@ -109,6 +111,23 @@ def _closed_over(consts: list, reached: list[Reached], functions: list, devices:
                    f"op by op {replica_list(replicas)} fail with 'Received incompatible devices'")
         findings.append(Finding("closed-over-array", where, replicas, (_device_name(on),), message,
                                 FIXES["closed-over-array"], source))
+    return findings
+
+
+def _nnx_defaults(apply_fn: Any, reached: list[Reached]) -> list[Finding]:
+    """NNX layers the function calls whose settings are not torch's (comparisons.judge.nnx_traps), by path."""
+    from comparisons.judge import nnx_traps
+    from dp_jax.nnx import is_nnx_module
+
+    owner = apply_fn if is_nnx_module(apply_fn) else getattr(apply_fn, "__self__", None)
+    roots = {"self": owner} if is_nnx_module(owner) else {}
+    roots.update({item.name: item.value for item in reached if is_nnx_module(item.value)})
+    findings, seen = [], set()
+    for name, model in roots.items():
+        if id(model) not in seen:
+            seen.add(id(model))
+            findings += [Finding("nnx-default", f"{name}.{trap.path}", (), (), trap.cause, trap.hint)
+                         for trap in nnx_traps(model)]
     return findings
 
 

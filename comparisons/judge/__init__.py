@@ -9,6 +9,7 @@
     _runs.py       judge_runs: every verdict of one comparison's runs
     _padding.py    padding_notes: what uneven='pad' would change, measured (notes, never verdicts)
     _padding_row.py padding_row_checks: torch's padding_idx row, taken out of the cross checks and measured
+    _nnx_traps.py  nnx_traps: an NNX twin's settings that differ from torch's (momentum, epsilon, variance, dtype)
     _drift.py      drift: the torch-vs-JAX gap per training step; classify_drift: rounding or jumps
 
 Above runs/ and placement/; harness/ and render/ build on it.
@@ -19,6 +20,7 @@ from comparisons.judge._declared import conversion_checks, cross
 from comparisons.judge._declared import notes as declared_notes
 from comparisons.judge._drift import classify as classify_drift
 from comparisons.judge._drift import drift, drift_line, relative_gap
+from comparisons.judge._nnx_traps import NNXTrap, nnx_traps
 from comparisons.judge._numerics import TOLERANCES, compare_trees, flatten
 from comparisons.judge._padding import padding_notes
 from comparisons.judge._padding_row import padding_row_checks
@@ -26,7 +28,7 @@ from comparisons.judge._placement import check_aliasing, compare_placement, laye
 from comparisons.judge._precision import judge_cross, larger, measured_rounding
 from comparisons.judge._runs import SUBJECTS, judge_runs, parametrisation_note
 
-__all__ = ["SUBJECTS", "TOLERANCES", "Bounds", "Sides", "check_aliasing", "classify_drift", "compare_placement",
-           "compare_trees", "conversion_checks", "cross", "declared_checks", "declared_notes", "drift", "drift_line",
-           "flatten", "judge_cross", "judge_runs", "larger", "layer_of", "measured_rounding", "padding_notes",
-           "padding_row_checks", "parametrisation_note", "relative_gap"]
+__all__ = ["SUBJECTS", "TOLERANCES", "Bounds", "NNXTrap", "Sides", "check_aliasing", "classify_drift",
+           "compare_placement", "compare_trees", "conversion_checks", "cross", "declared_checks", "declared_notes",
+           "drift", "drift_line", "flatten", "judge_cross", "judge_runs", "larger", "layer_of", "measured_rounding",
+           "nnx_traps", "padding_notes", "padding_row_checks", "parametrisation_note", "relative_gap"]
