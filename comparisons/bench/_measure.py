@@ -91,7 +91,7 @@ def _no_stock(kind: str) -> str:
 def machine(devices: Any) -> dict[str, Any]:
     """What the figures were measured on: both frameworks' devices, the cores and the load average."""
     first = devices.jax[0]
-    torch_words = (f"{len(devices.torch)} x {devices.torch[0]}" if devices.kind != "cuda"
+    torch_words = (f"{len(devices.torch)} x {devices.torch[0].type}" if devices.kind != "cuda"
                    else f"{len(devices.torch)} x {_cuda_name()}")
     return {"torch_devices": f"{devices.kind}: {torch_words}",
             "jax_devices": f"{len(devices.jax)} x {first.device_kind} ({first.platform})",
