@@ -48,7 +48,8 @@ def print_bench(report: ComparisonReport, console: Any) -> None:
         for row in bench_rows(bench):
             table.add_row(*row)
         if not console.is_terminal:  # a pipe or a file: as wide as the table, so every row stays one line
-            console.width = max(console.width, console.measure(table, options=console.options.update_width(10**4)).maximum)
+            wide = console.options.update_width(10**4)
+            console.width = max(console.width, console.measure(table, options=wide).maximum)
         console.print(table)
     for line in bench_words(bench):
         console.print(line, markup=False, soft_wrap=True)

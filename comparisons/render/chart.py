@@ -76,7 +76,8 @@ def bench_svg(sides: Sequence[Mapping[str, Any]]) -> str:
 
     names = [side["side"] for side in sides]
     medians = [side["median_s"] for side in sides]
-    spread = [[m - side["min_s"] for m, side in zip(medians, sides)], [side["max_s"] - m for m, side in zip(medians, sides)]]
+    spread = [[m - side["min_s"] for m, side in zip(medians, sides)],
+              [side["max_s"] - m for m, side in zip(medians, sides)]]
     figure = Figure(figsize=(7.2, 0.9 + 0.32 * len(sides)), layout="constrained")
     axes = figure.add_subplot()
     colours = ["#e69f00" if side["framework"] == "torch" else "#0072b2" for side in sides]
