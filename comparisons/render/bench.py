@@ -16,7 +16,7 @@ HEADER = ("side", "median ms", "min ms", "max ms", "first call ms", "× torch DP
 def bench_rows(bench: dict[str, Any]) -> list[tuple[str, ...]]:
     """One row of cells per side: its name, median with min and max, first call, and its two ratios."""
     return [(row["side"], *(f"{1000 * row[key]:.3f}" for key in ("median_s", "min_s", "max_s", "first_s")),
-             f"{row['vs_torch_dp']:.2f}", f"{row['vs_floor']:.2f}") for row in bench["sides"]]
+             f"{row['vs_torch_dp']:.3g}", f"{row['vs_floor']:.3g}") for row in bench["sides"]]
 
 
 def bench_words(bench: dict[str, Any]) -> list[str]:
