@@ -23,7 +23,7 @@ def run_script(out: Path, *, python: str = sys.executable,
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
     env.update({"PYTHON": python, **(extra_env or {})})
     return subprocess.run(["bash", str(SCRIPT), "--dry-run", str(out)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=1200)
 
 
 @pytest.fixture(scope="module")
