@@ -8,7 +8,7 @@ import re
 import _twins
 import numpy as np
 import pytest
-from _helpers_harness import run_cli
+from _helpers_harness import ROOT, run_cli
 
 from comparisons import compare
 from comparisons.errors import ComparisonError
@@ -67,6 +67,9 @@ def test_compare_bench_json_and_html_chart_come_after_the_verdict():
         assert row["min_s"] <= row["median_s"] <= row["max_s"]
         assert row["vs_floor"] == pytest.approx(row["median_s"] / floor["median_s"])
     assert len(section["machine"]["load_average"]) == 3
+    schema = (ROOT / "docs" / "report_schema.md").read_text().split("## Bench", 1)[1]
+    for field in {*section, *section["machine"], *section["sides"][0], *section["not_run"][0]}:
+        assert f"`{field}`" in schema, field
     page = report.render("html")
     chart = page.index("<section class=bench>")
     assert page.index("class=verdict") < chart and "<svg" in page[chart:page.index("</section>", chart)]
