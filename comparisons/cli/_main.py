@@ -206,7 +206,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--bench", action="store_true", help="once every check has passed, time one training step of "
                                                           "every side (docs/performance.md): a table, and a chart "
                                                           "in the HTML; a failed check gives no figure")
-    run.add_argument("--bench-steps", type=int, default=10, metavar="N",
+    run.add_argument("--bench-steps", type=int, metavar="N",
                      help="timed steps per side with --bench, interleaved (default 10)")
     traced_cli.add_arguments(run)
     doctor_cli.add_arguments(commands.add_parser("doctor", help="check your own model for what DataParallel "
@@ -252,17 +252,20 @@ def _settings(args: argparse.Namespace):
     return Settings(batch_size=args.batch, devices=devices, strategies=_strategy_list(args.strategy), steps=args.steps,
                     optimizer=args.optimizer, dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices,
                     padding=args.padding, precision=args.precision, rtol=args.rtol, atol=args.atol, layers=args.layers,
-                    bench=args.bench, bench_steps=_bench_steps(args))
+                    bench=args.bench, **_bench_steps(args))
 
 
-def _bench_steps(args: argparse.Namespace) -> int:
-    """--bench-steps, refused without --bench (it would time nothing) or below 1."""
-    if args.bench_steps != 10 and not args.bench:
-        raise UsageError(f"--bench-steps {args.bench_steps}: it counts the steps --bench times; add --bench")
-    if args.bench_steps < 1:
-        raise UsageError(f"--bench-steps {args.bench_steps}: pass a positive number of timed steps, e.g. "
-                         "--bench-steps 10")
-    return args.bench_steps
+def _bench_steps(args: argparse.Namespace) -> dict[str, int]:
+    """{"bench_steps": --bench-steps} when given (else Settings' default), refused without --bench (it would
+    time nothing) or below 1."""
+    steps = args.bench_steps
+    if steps is None:
+        return {}
+    if not args.bench:
+        raise UsageError(f"--bench-steps {steps}: it counts the steps --bench times; add --bench")
+    if steps < 1:
+        raise UsageError(f"--bench-steps {steps}: pass a positive number of timed steps, e.g. --bench-steps 10")
+    return {"bench_steps": steps}
 
 
 def _run(pair, args: argparse.Namespace):
