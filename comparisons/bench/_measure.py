@@ -13,6 +13,7 @@ from typing import Any
 
 from comparisons.bench._floor import floor_devices, sharded_train_step
 from comparisons.bench._timing import Thunk, Timing, time_sides
+from comparisons.runs import XLA_OPTIMIZE_ENV
 
 FLOOR = "jax.jit + NamedSharding (floor)"
 SINGLE_JAX = "jax.jit, one device"
@@ -30,10 +31,12 @@ def refused(checks: Sequence[Any]) -> dict[str, Any]:
             "sides": [], "not_run": [], "notes": []}
 
 
-def measure(run: Any, built: Any, devices: Any, strategies: Sequence[str], rounds: int) -> dict[str, Any]:
+def measure(run: Any, built: Any, devices: Any, strategies: Sequence[str], rounds: int, *,
+            light: bool = False) -> dict[str, Any]:
     """Time every side of the comparison (`devices`: the harness's Devices) for `rounds` interleaved rounds,
-    plus each side's first call; returns the report's `bench` section. Costs (rounds + 2) steps per side and
-    one compile of the floor and of the single-device step."""
+    plus each side's first call; returns the report's `bench` section. `light`: the JAX programs were
+    compiled light (XLA at -O0, the comparison's default on CPU), which a note says. Costs (rounds + 2)
+    steps per side and one compile of the floor and of the single-device step."""
     from comparisons.runs import steps
 
     thunks = steps.torch_steps(run, built.torch, devices.torch, devices.reference, devices.kind)
@@ -47,6 +50,9 @@ def measure(run: Any, built: Any, devices: Any, strategies: Sequence[str], round
     notes = ([] if devices.kind == "cuda" else [CPU_WORDS]) + [
         "first call: the checks' runs compiled the strategies' programs already; the floor and the one-device "
         "jax.jit step compile on theirs"]
+    if light:
+        notes.append(f"every JAX side runs programs XLA compiled light (LLVM -O0), as the comparison compiles on "
+                     f"CPU; ${XLA_OPTIMIZE_ENV}=full times fully optimised programs")
     if len(floor) < len(devices.jax):
         notes.append(f"the floor runs on {len(floor)} of the {len(devices.jax)} devices: NamedSharding splits a "
                      f"batch only evenly, and {run.config.batch_size} rows split evenly over {len(floor)}")

@@ -101,7 +101,7 @@ def compare_settings(pair: ModelPair | str, settings: Settings) -> ComparisonRep
             **settings.header(pair.name, devices.kind), chunk_sizes=runs.runs[0].chunk_sizes, checks=verdicts.checks,
             drift=verdicts.drift, placements={run.label: run.placement for run in runs.runs},
             layers={layer.torch: canonical_path(layer.flax) for layer in pair.mapping},
-            notes=notes + view.notes, bench=_bench(runs, built, verdicts, settings, devices), **view.fields)
+            notes=notes + view.notes, bench=_bench(runs, built, verdicts, settings, devices, light), **view.fields)
 
 
 class Devices(NamedTuple):
@@ -187,8 +187,11 @@ def _layer_view(runs: Runs, verdicts: Verdicts, settings: Settings, devices: Dev
                                        asked=settings.layers))
 
 
-def _bench(runs: Runs, built: Built, verdicts: Verdicts, settings: Settings, devices: Devices) -> dict | None:
-    """The `bench` section when asked: every side timed once every check passed, else why there is no figure."""
+def _bench(runs: Runs, built: Built, verdicts: Verdicts, settings: Settings, devices: Devices, light: bool
+           ) -> dict | None:
+    """The `bench` section when asked: every side timed once every check passed, else why there is no figure.
+    Inside the comparison's light compiles when it has them (`light`): every JAX side then runs programs
+    compiled alike, the strategies' from the runs and the floor's here."""
     from comparisons import bench
 
     if not settings.bench:
@@ -196,7 +199,7 @@ def _bench(runs: Runs, built: Built, verdicts: Verdicts, settings: Settings, dev
     if not all(check.passed for check in verdicts.checks):
         return bench.refused(verdicts.checks)
     with jax_precision(settings.dtype):
-        return bench.measure(runs.run, built, devices, settings.strategies, settings.bench_steps)
+        return bench.measure(runs.run, built, devices, settings.strategies, settings.bench_steps, light=light)
 
 
 def _float64_reference(run: RunInputs, built: Built, settings: Settings, jax_device: Any, jax_side=None
