@@ -3,13 +3,16 @@
 #
 #   bash benchmarks/gpu_check.sh [--dry-run] [OUT_DIR]
 #
-# In under 8 minutes (each step has its own time limit: 140 + 50 + 160 + 70 s) it runs, writing everything to OUT_DIR
-# (default gpu_results/<UTC time>):
+# In under 10 minutes (each step has its own time limit: 140 + 50 + 160 + 70 + 3 x 60 s) it runs, writing everything
+# to OUT_DIR (default gpu_results/<UTC time>):
 #   1. pytest on every test file with a `gpu` mark, `-m gpu`   -> pytest.log, pytest.xml
 #   2. dp_torch against PyTorch's real nn.DataParallel on CUDA, for every device list PyTorch
 #      accepts there (benchmarks/cuda_device_lists.py)           -> device_lists.json, .log
 #   3. python -m benchmarks --device gpu, in two runs: the GPU sections (jax_strategies, torch_stock,
 #      train_step) -> results.json, performance.md; the others -> results_rest.json (+ their .log)
+#   4. python -m comparisons run --bench (every side's training step timed once every check passed) on two
+#      built-in pairs (mlp, cnn_bn) and one Hugging Face pair (tiny GPT-2, benchmarks/hf_pair.py)
+#                                                                 -> bench_<pair>.json (+ .log)
 #   and summary.txt: one line per step with its exit status and seconds, then the machine.
 # Nothing is installed: packages run from the tree (PYTHONPATH=.) with the python on PATH
 # ($PYTHON overrides). --dry-run runs every step on the CPU up to the CUDA calls (the gpu tests
@@ -62,6 +65,22 @@ else
   step benchmarks-rest 70 benchmarks_rest.log 0 "$PY" -m benchmarks --device gpu --only breakdown replication \
     harness virtual --json "$OUT/results_rest.json"
 fi
+
+# run --bench on two built-in pairs and one Hugging Face pair; the dry run at tiny sizes, one strategy
+if [ "$DRY_RUN" = 1 ]; then
+  BENCH=(--devices 2 --batch 4 --steps 1 --precision off --strategy shard_map --bench --bench-steps 2 --format json)
+  BENCH_LIMIT=240  # cold compiles of a GPT-2 on 2 shared cores
+else
+  GPUS=$("$PY" -c 'import torch; print(max(1, torch.cuda.device_count()))' 2>/dev/null || echo 1)
+  BENCH=(--devices "$GPUS" --batch $((8 * GPUS)) --steps 1 --bench --bench-steps 20 --format json)
+  BENCH_LIMIT=60
+fi
+for model in mlp cnn_bn; do
+  step "bench-$model" "$BENCH_LIMIT" "bench_$model.log" 0 "$PY" -m comparisons run --model "$model" "${BENCH[@]}" \
+    --out "$OUT/bench_$model.json"
+done
+step bench-gpt2 "$BENCH_LIMIT" bench_gpt2.log 0 "$PY" -m comparisons run --import benchmarks.hf_pair --model gpt2-tiny \
+  "${BENCH[@]}" --out "$OUT/bench_gpt2.json"
 
 {
   echo

@@ -61,43 +61,24 @@ def dp_jax_step(model: Any, variables: Any, x: Any, y: Any, devices: list, tx: A
 
 
 def plain_jax_step(model: Any, variables: Any, x: Any, y: Any, devices: list, tx: Any) -> Stepper:
-    """The hand-written reference: jit + NamedSharding, params P() resident and donated, batch P('data')."""
+    """The hand-written reference: jit + NamedSharding, params P() resident and donated, batch P('data'):
+    comparisons.bench's floor, the one implementation `run --bench` times too."""
     import jax
     import jax.numpy as jnp
-    import optax
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
 
-    mesh = Mesh(np.array(devices), ("data",))
-    replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    from comparisons.bench import sharded_train_step
 
-    def body(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(lambda p: jnp.mean((model.apply({"params": p}, x) - y) ** 2))(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+    def loss(params, collections, x, y):  # the floor's signature: (loss, (output, updated collections))
+        return jnp.mean((model.apply({"params": params}, x) - y) ** 2), (None, {})
 
-    jitted = jax.jit(body, donate_argnums=(0, 1), out_shardings=replicated)
-    params = jax.device_put(jax.tree.map(np.asarray, variables["params"]), replicated)
-    opt_state = jax.device_put(jax.tree.map(np.asarray, tx.init(params)), replicated)
-    return Stepper(lambda p, o, x, y: jitted(p, o, jax.device_put(x, rows), jax.device_put(y, rows)),
-                   [params, opt_state], (x, y))
+    step = sharded_train_step(jax.value_and_grad(loss, has_aux=True), tx, devices)
+    params = step.place(variables["params"])
+    return Stepper(step, [params, step.place(tx.init(params)), {}], (x, y))
 
 
 def single_device_step(model: Any, variables: Any, x: Any, y: Any, device: Any, tx: Any) -> Stepper:
-    """`jax.jit` of the same step on one device."""
-    import jax
-    import jax.numpy as jnp
-    import optax
-
-    def body(params, opt_state, x, y):
-        loss, grads = jax.value_and_grad(lambda p: jnp.mean((model.apply({"params": p}, x) - y) ** 2))(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    jitted = jax.jit(body, donate_argnums=(0, 1))
-    params = jax.device_put(jax.tree.map(np.asarray, variables["params"]), device)
-    return Stepper(lambda p, o, x, y: jitted(p, o, jax.device_put(x, device), jax.device_put(y, device)),
-                   [params, jax.device_put(tx.init(params), device)], (x, y))
+    """`jax.jit` of the same step on one device (the floor's code on a mesh of one)."""
+    return plain_jax_step(model, variables, x, y, [device], tx)
 
 
 class CompileCounter:

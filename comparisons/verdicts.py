@@ -88,6 +88,7 @@ class ComparisonReport:
     first_divergence: dict[str, Any] | None = None  # where torch and Flax first part; None: nowhere
     replica_divergences: list[dict[str, Any]] | None = None  # replicas computing unlike one device on their chunk
     drift: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the torch-vs-JAX gap per step
+    bench: dict[str, Any] | None = None  # every side's step time (docs/report_schema.md#bench); None: not asked
 
     @property
     def ok(self) -> bool:

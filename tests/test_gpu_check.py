@@ -14,7 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 FILES = {"summary.txt", "pytest.log", "pytest.xml", "device_lists.json", "device_lists.log", "benchmarks.log",
-         "results.json", "performance.md", "benchmarks_rest.log", "results_rest.json"}
+         "results.json", "performance.md", "benchmarks_rest.log", "results_rest.json",
+         *(f"bench_{pair}.{ext}" for pair in ("mlp", "cnn_bn", "gpt2") for ext in ("json", "log"))}
 
 
 def run_script(out: Path, *, python: str = sys.executable,
@@ -22,7 +23,7 @@ def run_script(out: Path, *, python: str = sys.executable,
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
     env.update({"PYTHON": python, **(extra_env or {})})
     return subprocess.run(["bash", str(SCRIPT), "--dry-run", str(out)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=400)
+                          text=True, timeout=1200)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,8 @@ def test_dry_run_passes_and_writes_every_file_to_one_folder(dry_run):
     assert FILES <= {p.name for p in out.iterdir()}
     summary = (out / "summary.txt").read_text()
     steps = [line.split()[0] for line in summary.splitlines() if " rc=" in line]
-    assert steps == ["pytest-gpu", "device-lists", "benchmarks", "benchmarks-rest"]
+    assert steps == ["pytest-gpu", "device-lists", "benchmarks", "benchmarks-rest", "bench-mlp", "bench-cnn_bn",
+                     "bench-gpt2"]
     assert all(" ok " in line for line in summary.splitlines() if " rc=" in line), summary
     assert "dry run: 1" in summary and "no GPU" in summary
 
@@ -61,6 +63,16 @@ def test_device_lists_and_benchmark_results_are_well_formed(dry_run):
     assert "crashed" not in results["sections"][0]
 
 
+def test_the_bench_runs_time_every_side_of_two_builtin_pairs_and_a_hugging_face_pair(dry_run):
+    _, out = dry_run
+    for pair in ("mlp", "cnn_bn", "gpt2"):
+        report = json.loads((out / f"bench_{pair}.json").read_text())
+        assert report["ok"] and report["bench"]["ran"], pair
+        sides = {row["side"] for row in report["bench"]["sides"]}
+        assert {"dp_torch.DataParallel", "dp_jax shard_map, train_step", "jax.jit + NamedSharding (floor)"} <= sides
+        assert all(row["min_s"] <= row["median_s"] <= row["max_s"] for row in report["bench"]["sides"])
+
+
 def test_a_failing_step_fails_the_check_and_says_which(tmp_path):
     # a python that cannot run pytest or the benchmarks: every step must be reported FAILED
     fake = tmp_path / "python"
@@ -69,4 +81,4 @@ def test_a_failing_step_fails_the_check_and_says_which(tmp_path):
     done = run_script(tmp_path / "out", python=str(fake))
     assert done.returncode == 1
     summary = (tmp_path / "out" / "summary.txt").read_text()
-    assert summary.count("FAILED") == 4 and "rc=3" in summary
+    assert summary.count("FAILED") == 7 and "rc=3" in summary

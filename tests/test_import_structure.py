@@ -97,7 +97,7 @@ LAYERS = (
     ("comparisons.runs",),
     ("comparisons.judge",),
     ("comparisons.layers",),
-    ("comparisons.harness", "comparisons.render", "comparisons.hf"),
+    ("comparisons.harness", "comparisons.render", "comparisons.hf", "comparisons.bench"),
     ("comparisons", "comparisons.__main__", "comparisons.cli", "comparisons.distributed", "comparisons.doctor",
      "comparisons.traced"),
 )

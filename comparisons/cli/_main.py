@@ -87,6 +87,9 @@ def _main(argv: Sequence[str] | None) -> int:
         if getattr(args, "processes", None) is not None and getattr(args, "layers", False):
             raise UsageError("run: --layers with --processes is not supported: the layer view runs in one "
                              "process; drop --processes to see it")
+        if getattr(args, "processes", None) is not None and getattr(args, "bench", False):
+            raise UsageError("run: --bench with --processes is not supported yet: the bench times the sides of one "
+                             "process; drop --processes to time them")
         report = (_run_distributed(args, argv, named) if getattr(args, "processes", None) is not None
                   else _run(named, args))
     except _usage_errors() as error:  # ComparisonError, ConversionError, UserPairError, the backends' refusals
@@ -200,6 +203,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--format", default="table", choices=FORMATS, help="output format (default table)")
     run.add_argument("--out", help="write the report here instead of stdout")
     run.add_argument("--processes", type=int, metavar="P", help=PROCESSES_HELP)
+    run.add_argument("--bench", action="store_true", help="once every check has passed, time one training step of "
+                                                          "every side (docs/performance.md): a table, and a chart "
+                                                          "in the HTML; a failed check gives no figure")
+    run.add_argument("--bench-steps", type=int, metavar="N",
+                     help="timed steps per side with --bench, interleaved (default 10)")
     traced_cli.add_arguments(run)
     doctor_cli.add_arguments(commands.add_parser("doctor", help="check your own model for what DataParallel "
                                                  "will not put on each device", description=doctor_cli.DESCRIPTION))
@@ -243,7 +251,21 @@ def _settings(args: argparse.Namespace):
         raise UsageError(f"--devices={devices}: pass a positive number of devices, e.g. --devices 4")
     return Settings(batch_size=args.batch, devices=devices, strategies=_strategy_list(args.strategy), steps=args.steps,
                     optimizer=args.optimizer, dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices,
-                    padding=args.padding, precision=args.precision, rtol=args.rtol, atol=args.atol, layers=args.layers)
+                    padding=args.padding, precision=args.precision, rtol=args.rtol, atol=args.atol, layers=args.layers,
+                    bench=args.bench, **_bench_steps(args))
+
+
+def _bench_steps(args: argparse.Namespace) -> dict[str, int]:
+    """{"bench_steps": --bench-steps} when given (else Settings' default), refused without --bench (it would
+    time nothing) or below 1."""
+    steps = args.bench_steps
+    if steps is None:
+        return {}
+    if not args.bench:
+        raise UsageError(f"--bench-steps {steps}: it counts the steps --bench times; add --bench")
+    if steps < 1:
+        raise UsageError(f"--bench-steps {steps}: pass a positive number of timed steps, e.g. --bench-steps 10")
+    return {"bench_steps": steps}
 
 
 def _run(pair, args: argparse.Namespace):

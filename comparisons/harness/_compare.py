@@ -41,7 +41,8 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
             steps: int = 2, optimizer: str = "sgd", dtype: str = "float32", seed: int = 0,
             torch_devices: str = "auto", progress: Callable[[str, int], None] | None = None,
             padding: bool = False, precision: str = "float64-check", rtol: float | None = None,
-            atol: float | None = None, layers: bool = False) -> ComparisonReport:
+            atol: float | None = None, layers: bool = False, bench: bool = False,
+            bench_steps: int = 10) -> ComparisonReport:
     """Compare dp_torch and dp_jax on `pair` (a ModelPair or a registered name); returns the report.
 
     Args:
@@ -63,6 +64,10 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
       layers: add the layer view (every mapped layer torch beside Flax, the first divergence, each replica
         against one device on its chunk; docs/debugging_a_port.md). Without it, the view is added whenever a
         torch-vs-JAX check fails: one more forward per side (and per chunk for the replicas).
+      bench: once every check has passed, time one training step of every side (torch on one device,
+        dp_torch's and stock torch's DataParallel, jax.jit on one device, each strategy eager and compiled, a
+        hand-written jit + NamedSharding floor): the report's `bench` (docs/performance.md). A failed check
+        gives no figure, and says why. bench_steps: the timed steps per side (interleaved; default 10).
     Every argument is checked before any work runs (`Settings`). JAX gets max(8, devices) CPU devices when it
     has not started yet (else the error says how). Compiles one JAX program per strategy and chunk
     shape; float64 runs JAX under jax.enable_x64 (scoped to this call).
@@ -70,7 +75,8 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     pair = check.model_pair(pair)
     settings = Settings(batch_size=batch_size, devices=devices, strategies=strategies, steps=steps,
                         optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=torch_devices, padding=padding,
-                        precision=precision, rtol=rtol, atol=atol, layers=layers, progress=progress)
+                        precision=precision, rtol=rtol, atol=atol, layers=layers, bench=bench, bench_steps=bench_steps,
+                        progress=progress)
     return compare_settings(pair, settings)
 
 
@@ -78,9 +84,10 @@ def compare_settings(pair: ModelPair | str, settings: Settings) -> ComparisonRep
     """compare() on `pair` (a ModelPair or a registered name) and its Settings: devices -> runs -> verdicts ->
     notes, and one report built at the end."""
     pair = check.model_pair(pair)
-    if settings.padding and pair.jax_side.in_worker:
-        raise ComparisonError(f"compare: padding=True is not available for pair {pair.name!r}: its JAX side runs in "
-                              "a worker process (traced by torchax); pass padding=False")
+    for asked in ("padding", "bench"):
+        if getattr(settings, asked) and pair.jax_side.in_worker:
+            raise ComparisonError(f"compare: {asked}=True is not available for pair {pair.name!r}: its JAX side runs "
+                                  f"in a worker process (traced by torchax); pass {asked}=False")
     config = settings.run_config(pair.batch_axis)
     check.fits_in_memory(pair, config)
     devices = _devices(settings)
@@ -96,7 +103,7 @@ def compare_settings(pair: ModelPair | str, settings: Settings) -> ComparisonRep
             **settings.header(pair.name, devices.kind), chunk_sizes=runs.runs[0].chunk_sizes, checks=verdicts.checks,
             drift=verdicts.drift, placements={run.label: run.placement for run in runs.runs},
             layers={layer.torch: canonical_path(layer.flax) for layer in pair.mapping},
-            notes=notes + view.notes, **view.fields)
+            notes=notes + view.notes, bench=_bench(runs, built, verdicts, settings, devices, light), **view.fields)
 
 
 class Devices(NamedTuple):
@@ -180,6 +187,21 @@ def _layer_view(runs: Runs, verdicts: Verdicts, settings: Settings, devices: Dev
         return View(*layer_view_fields(runs.run, verdicts.checks, judge.Sides(devices.torch, devices.jax),
                                        judge.Bounds(settings.rtol_used, settings.atol), runs.float64 is not None,
                                        asked=settings.layers))
+
+
+def _bench(runs: Runs, built: Built, verdicts: Verdicts, settings: Settings, devices: Devices, light: bool
+           ) -> dict | None:
+    """The `bench` section when asked: every side timed once every check passed, else why there is no figure.
+    Inside the comparison's light compiles when it has them (`light`): every JAX side then runs programs
+    compiled alike, the strategies' from the runs and the floor's here."""
+    from comparisons import bench
+
+    if not settings.bench:
+        return None
+    if not all(check.passed for check in verdicts.checks):
+        return bench.refused(verdicts.checks)
+    with jax_precision(settings.dtype):
+        return bench.measure(runs.run, built, devices, settings.strategies, settings.bench_steps, light=light)
 
 
 def _float64_reference(run: RunInputs, built: Built, settings: Settings, jax_device: Any, jax_side=None

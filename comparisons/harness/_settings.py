@@ -54,6 +54,8 @@ class Settings:
     rtol: float | None = None
     atol: float | None = None
     layers: bool = False
+    bench: bool = False
+    bench_steps: int = 10
     progress: Callable[[str, int], None] | None = dataclasses.field(default=None, compare=False)
     caller: str = dataclasses.field(default="compare", compare=False, repr=False)
 
@@ -74,6 +76,9 @@ class Settings:
         check.progress(self.progress)
         self._settle("devices", positive_integer(self.devices, argument="devices", caller=self.caller))
         check.flag("layers", self.layers)
+        check.flag("bench", self.bench)
+        self._settle("bench_steps", positive_integer(self.bench_steps, argument="bench_steps", caller=self.caller,
+                                                     example=", e.g. 10 timed steps per side"))
         if not isinstance(self.padding, bool):
             raise ComparisonError(f"compare: padding={self.padding!r} is not a bool; pass True to measure what "
                                   "padding the last chunk would change, or False")

@@ -74,3 +74,27 @@ def _as_svg(figure: Any) -> str:
     svg = svg[svg.index("<svg"):]  # without the XML prolog and doctype: the same text inline or in a file
     # nor the RDF metadata block: a self-contained page names no web address
     return re.sub(r"\s*<metadata>.*?</metadata>", "", svg, count=1, flags=re.S)
+
+
+def bench_svg(sides: Sequence[Mapping[str, Any]]) -> str:
+    """A report's bench `sides` as horizontal bars (median seconds per step, log scale) with a whisker from the
+    fastest to the slowest step, as an SVG document. Costs matplotlib's import the first time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    names = [side["side"] for side in sides]
+    medians = [side["median_s"] for side in sides]
+    spread = [[m - side["min_s"] for m, side in zip(medians, sides)],
+              [side["max_s"] - m for m, side in zip(medians, sides)]]
+    figure = Figure(figsize=(7.2, 0.9 + 0.32 * len(sides)), layout="constrained")
+    axes = figure.add_subplot()
+    colours = ["#e69f00" if side["framework"] == "torch" else "#0072b2" for side in sides]
+    axes.barh(range(len(sides)), medians, xerr=spread, color=colours, ecolor="#333333", capsize=3, height=0.6)
+    axes.set_yticks(range(len(sides)), names, fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xscale("log")
+    axes.set_xlabel("seconds per training step (median; whisker: min to max)")
+    axes.grid(True, axis="x", which="major", linewidth=0.3)
+    return _as_svg(figure)

@@ -11,6 +11,7 @@ from html import escape
 
 from comparisons.judge import layer_of
 from comparisons.placement import PlacementMap
+from comparisons.render.bench import bench_html
 from comparisons.render.layers import layer_section_html
 from comparisons.render.rows import aligned_rows
 from comparisons.render.sections import summary_section
@@ -58,7 +59,7 @@ def render_html(report: ComparisonReport) -> str:
         f"<h1>dp-compare: {escape(report.model)} — {status}</h1>",
         f"<p>{escape(headline(report))}.<br>Tolerance ({escape(report.dtype)}, each leaf on its own, "
         f"|Δ| ≤ atol + rtol·|b|): {escape(tolerance_words(report))}.</p>",
-        summary_section(report), layer_section_html(report),
+        summary_section(report), bench_html(report), layer_section_html(report),
         "<h2>Placement: device × tensor</h2>", _legend(report), _scroll(_grids(report)), _process_grids(report),
         *(["<h2>Notes</h2>"] if report.notes else []),
         *(f"<p class=note>note: {escape(note)}</p>" for note in report.notes),

@@ -8,6 +8,7 @@ import io
 from typing import Any
 
 from comparisons.judge import drift_line
+from comparisons.render.bench import bench_markdown, print_bench
 from comparisons.render.layers import layer_markdown, print_layer_table
 from comparisons.render.numbers import format_number
 from comparisons.verdicts import Check, ComparisonReport
@@ -113,6 +114,7 @@ def print_table(report: ComparisonReport, console: Any, fit: bool | None = None)
     console.print(table)
     print_layer_table(report, console, fit)
     _print_footer(console, report)
+    print_bench(report, console)
 
 
 def _rich_table(report: ComparisonReport):
@@ -170,5 +172,5 @@ def to_markdown(report: ComparisonReport) -> str:
     lines += ["", *(f"- note: {note}" for note in report.notes), *(["", drift_words(report)] if report.drift else []),
               "",
               f"**{'OK' if report.ok else 'FAILED'}**: {len(report.checks) - len(report.failures)}"
-              f"/{len(report.checks)} checks passed.", ""]
+              f"/{len(report.checks)} checks passed.", *bench_markdown(report), ""]
     return "\n".join(lines)
