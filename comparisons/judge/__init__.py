@@ -25,10 +25,12 @@ from comparisons.judge._numerics import TOLERANCES, compare_trees, flatten
 from comparisons.judge._padding import padding_notes
 from comparisons.judge._padding_row import padding_row_checks
 from comparisons.judge._placement import check_aliasing, compare_placement, layer_of
-from comparisons.judge._precision import judge_cross, larger, measured_rounding
+from comparisons.judge._precision import NOISE as NOISE_GRADIENT
+from comparisons.judge._precision import judge_cross, larger, measured_rounding, noise_gradients
 from comparisons.judge._runs import SUBJECTS, judge_runs, parametrisation_note
 
-__all__ = ["SUBJECTS", "TOLERANCES", "Bounds", "NNXTrap", "Sides", "check_aliasing", "classify_drift",
-           "compare_placement", "compare_trees", "conversion_checks", "cross", "declared_checks", "declared_notes",
-           "drift", "drift_line", "flatten", "judge_cross", "judge_runs", "larger", "layer_of", "measured_rounding",
-           "nnx_traps", "padding_notes", "padding_row_checks", "parametrisation_note", "relative_gap"]
+__all__ = ["NOISE_GRADIENT", "SUBJECTS", "TOLERANCES", "Bounds", "NNXTrap", "Sides", "check_aliasing",
+           "classify_drift", "compare_placement", "compare_trees", "conversion_checks", "cross", "declared_checks",
+           "declared_notes", "drift", "drift_line", "flatten", "judge_cross", "judge_runs", "larger", "layer_of",
+           "measured_rounding", "noise_gradients", "nnx_traps", "padding_notes", "padding_row_checks",
+           "parametrisation_note", "relative_gap"]

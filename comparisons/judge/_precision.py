@@ -42,15 +42,16 @@ def larger(*roundings: Mapping[str, float]) -> dict[str, float]:
     return {path: max(r[path] for r in roundings) for path in shared}
 
 
-def judge_cross(subject: str, compared: str, float32: Sides, float64: Sides, bounds: Bounds, *,
+def judge_cross(subject: str, float32: Sides, float64: Sides, bounds: Bounds, *,
                 rounding: Mapping[str, float], labels: Sides, float32_islands: bool = False,
                 noise: frozenset[str] = frozenset()) -> Check:
-    """A torch-vs-JAX check with a cause on each leaf that differs: the JAX side's tree judged against torch's
-    in float32 under `bounds` and in float64, `rounding` the larger measured float32 rounding per path,
-    `labels` each side's name in the messages. With `float32_islands` (a declared known difference: part of
-    the model stays float32 in the float64 runs) the float64 runs are judged at the float32 bound, which still
-    catches a port difference beyond it. `noise`: leaves whose gradient is rounding noise in both float64 runs
-    (`noise_gradients`), where float64 cannot tell a port from rounding: judged at the float32 bound alone."""
+    """A torch-vs-JAX check with a cause on each leaf that differs: the JAX side's tree judged against torch's in
+    float32 under `bounds` and in float64, `rounding` the larger measured float32 rounding per path, `labels`
+    each side's name in the messages (and the check's `compared`: "torch DP vs jax:pmap DP"). With
+    `float32_islands` (a declared known difference: part of the model stays float32 in the float64 runs) the
+    float64 runs are judged at the float32 bound, which still catches a port difference beyond it. `noise`:
+    leaves whose gradient is rounding noise in both float64 runs (`noise_gradients`), where float64 cannot tell
+    a port from rounding: judged at the float32 bound alone."""
     sides = (labels.flax, labels.torch)
     in32, rel_norm = judge_leaves(float32.flax, float32.torch, Bounds(bounds.rtol, bounds.atol), rounding=rounding,
                                   sides=sides)
@@ -64,7 +65,7 @@ def judge_cross(subject: str, compared: str, float32: Sides, float64: Sides, bou
     by_path = {leaf.path: hint(subject, leaf, sides64) for leaf in in64}
     leaves = [_noise_cause(leaf) if leaf.path in noise else _cause(hint(subject, leaf, sides), by_path.get(leaf.path))
               for leaf in in32]
-    return summarise(subject, compared, leaves, rel_norm, bounds.rtol)
+    return summarise(subject, f"{labels.torch} vs {labels.flax}", leaves, rel_norm, bounds.rtol)
 
 
 NOISE = 1e-10  # a float64 gradient below this fraction of the subject's largest is zero in exact arithmetic

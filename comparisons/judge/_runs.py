@@ -83,7 +83,7 @@ def _cross(pair: Any, subject: str, torch_run: BackendRun, run: BackendRun, tol:
                              sides=(labels.flax, labels.torch))
     float64 = declared.cross(pair, subject, getattr(tol.reference.jax, subject), getattr(tol.reference.torch, subject))
     noise = noise_gradients(tol.reference) if subject in ("gradients", "params_after_steps") else frozenset()
-    return judge_cross(subject, compared, float32, float64, tol.bounds,
+    return judge_cross(subject, float32, float64, tol.bounds,
                        rounding=larger(rounding["torch"], rounding[run.label]), labels=labels,
                        float32_islands="float32_islands" in pair.known_differences, noise=noise)
 

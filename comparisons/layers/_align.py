@@ -107,7 +107,7 @@ def judge_trees(subject: str, float32: Sides, float64: Sides | None, tol: Bounds
         return list(compare_trees(subject, "torch vs jax", float32.flax, float32.torch, tol,
                                   sides=(labels.flax, labels.torch)).leaves)
     rounding = larger(measured_rounding(float32.torch, float64.torch), measured_rounding(float32.flax, float64.flax))
-    return list(judge_cross(subject, "torch vs jax", float32, float64, tol, rounding=rounding, labels=labels).leaves)
+    return list(judge_cross(subject, float32, float64, tol, rounding=rounding, labels=labels).leaves)
 
 
 def side_of(leaves: list[Leaf], measured: bool) -> Side:

@@ -32,7 +32,7 @@ def test_sides_are_read_by_name_so_a_leaf_on_one_side_only_is_named_on_its_side(
     full, short = {"w": both, "b": extra}, {"w": both.copy()}
     float32 = Sides(torch=short, flax=full) if absent == "torch" else Sides(torch=full, flax=short)
     float64 = Sides(*({k: np.asarray(v, np.float64) for k, v in tree.items()} for tree in float32))
-    check = judge_cross("params", "torch vs jax", float32, float64, Bounds(1e-5),
+    check = judge_cross("params", float32, float64, Bounds(1e-5),
                         rounding={"w": 0.0, "b": 0.0}, labels=Sides(torch="torch DP", flax="jax DP"))
     [leaf] = [leaf for leaf in check.leaves if leaf.path == "b"]
     there, missing = ("jax DP", "torch DP") if absent == "torch" else ("torch DP", "jax DP")

@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from comparisons import compare
-from comparisons.judge import Bounds, Sides, judge_cross
-from comparisons.judge._precision import NOISE, noise_gradients
+from comparisons.judge import NOISE_GRADIENT, Bounds, Sides, judge_cross, noise_gradients
 from comparisons.models import pair_from_modules
 from comparisons.models.flax_nets import TorchBatchNorm
 from comparisons.runs import Float64Reference, Snapshot
@@ -79,7 +78,7 @@ def test_noise_is_below_the_threshold_in_both_runs_and_a_real_gradient_is_never_
     rng = np.random.default_rng(seed)
     scale = float(rng.uniform(1e-3, 10))
     real = {"fc.kernel": rng.standard_normal((3, 4)) * scale}
-    below, above = factor * NOISE * scale, (1 + factor) * NOISE * scale * 4
+    below, above = factor * NOISE_GRADIENT * scale, (1 + factor) * NOISE_GRADIENT * scale * 4
     torch64 = {**real, "fc.bias": np.full(4, below), "out.bias": np.full(4, above)}
     jax64 = {**real, "fc.bias": -np.full(4, below), "out.bias": np.full(4, below)}
     noise = noise_gradients(Float64Reference(snapshot(torch64), snapshot(jax64)))
@@ -99,7 +98,7 @@ def test_a_float64_gap_is_port_just_above_the_scaled_bound_and_rounding_just_bel
     jax64 = {"w": torch64["w"] + gap * bound * np.sign(rng.standard_normal(6))}
     jax32 = {"w": torch32["w"]}
     for noise, expected in ((frozenset(), "port" if gap > 1 else "rounding"), (frozenset({"w"}), "rounding")):
-        check = judge_cross("gradients", "torch DP vs jax:explicit DP", Sides(torch32, jax32), Sides(torch64, jax64),
+        check = judge_cross("gradients", Sides(torch32, jax32), Sides(torch64, jax64),
                             Bounds(1e-5), rounding={"w": rounding}, labels=Sides("torch DP", "jax DP"), noise=noise)
         (leaf,) = check.leaves
         assert (leaf.passed, leaf.cause) == (expected != "port", expected if leaf.max_abs or expected == "port"
