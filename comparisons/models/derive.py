@@ -16,7 +16,7 @@ from typing import Any
 
 from comparisons.errors import UsageTypeError
 
-from ..convert import ConversionError, Layer, kind_of
+from ..convert import ConversionError, Layer, kind_of, use_mapping_deriver
 from .jax_flax_apply import FLAX_APPLY, FlaxApply
 from .jax_linen import LINEN
 from .jax_nnx import NNX, is_nnx_module, nnx_kind, short_description
@@ -67,6 +67,9 @@ def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: Fla
     # model.shared): its second name is in the state dict only, a tied alias like lm_head.weight
     aliases = [k for k in torch_module.state_dict(keep_vars=True) if k not in seen]
     return layers, one_sided + aliases
+
+
+use_mapping_deriver(derive_mapping)  # convert.torch_to_nnx / nnx_to_torch derive through it
 
 
 def _layer(prefix: str, module: Any, names: list[str], hook: FlaxPathHook | None, flax_modules: set,

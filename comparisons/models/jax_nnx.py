@@ -15,6 +15,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from comparisons.convert import nnx_key
 from comparisons.errors import ComparisonError, UsageTypeError
 from comparisons.models.jax_side import convert_flax
 
@@ -73,10 +74,6 @@ def _collection(variable_type: type) -> str:
     return variable_type.__name__
 
 
-def _key(path: tuple) -> tuple[str, ...]:
-    return tuple(str(part) for part in path)
-
-
 class NNXApply:
     """An `nnx.Module` called the way the harness calls a linen Module: `apply(variables, *inputs, train=,
     mutable=)` with variables {'params': ..., 'batch_stats': ...} keyed by NNX state path.
@@ -101,7 +98,7 @@ class NNXApply:
         non-RNG Variables under their type's name); `rngs` and `inputs` are unused (an NNX module is built)."""
         from flax.traverse_util import unflatten_dict
 
-        flat = {(collection, *_key(path)): var.get_value() for path, var in self._flat
+        flat = {(collection, *nnx_key(path)): var.get_value() for path, var in self._flat
                 if (collection := self.variable_paths.get(path)) is not None}
         return unflatten_dict(flat)
 
@@ -113,7 +110,7 @@ class NNXApply:
         given = flatten_dict(dict(variables)) if variables else {}
         replaced = []
         for path, var in self._flat:
-            key = (self.variable_paths.get(path), *_key(path))
+            key = (self.variable_paths.get(path), *nnx_key(path))
             replaced.append((path, var.copy(given[key]) if key in given else var))
         return nnx.merge(self.graphdef, nnx.from_flat_state(replaced))
 
@@ -128,7 +125,7 @@ class NNXApply:
         output = model(*inputs, **kwargs)
         if not mutable:
             return output
-        after = {(self.variable_paths.get(path), *_key(path)): var.get_value()
+        after = {(self.variable_paths.get(path), *nnx_key(path)): var.get_value()
                  for path, var in nnx.to_flat_state(nnx.state(model))}
         wanted = [mutable] if isinstance(mutable, str) else list(mutable)
         return output, {name: _subtree(after, name) for name in wanted}
@@ -180,13 +177,13 @@ def check_trainable(pair: Any, torch_module: Any, model: NNXApply) -> None:
     """Refuse a torch parameter mapped onto an NNX Variable that `nnx.Optimizer(..., wrt=nnx.Param)` never updates."""
     trained = {name for name, p in torch_module.named_parameters() if p.requires_grad}
     for layer in pair.mapping:
-        prefix = _key(tuple(p for p in layer.flax.replace("/", ".").split(".") if p))
+        prefix = nnx_key(tuple(p for p in layer.flax.replace("/", ".").split(".") if p))
         for path, collection in model.variable_paths.items():
-            if collection in (TRAINED, STATISTICS) or _key(path)[:len(prefix)] != prefix:
+            if collection in (TRAINED, STATISTICS) or nnx_key(path)[:len(prefix)] != prefix:
                 continue
             torch_names = sorted(n for n in trained if n.startswith(f"{layer.torch}.") or n == layer.torch)
             if torch_names:
-                leaf = ".".join(_key(path))
+                leaf = ".".join(nnx_key(path))
                 raise ComparisonError(
                     f"pair {pair.name!r}: NNX `{leaf}` is an nnx.{collection}, not an nnx.Param: "
                     f"nnx.Optimizer(model, tx, wrt=nnx.Param) never updates it, while torch trains "
