@@ -12,7 +12,10 @@ refused by name (`check_trainable`): the NNX optimizer would never update it.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from comparisons.convert import nnx_key
@@ -122,7 +125,8 @@ class NNXApply:
 
         model = self.module_with(variables)
         model.train() if train else model.eval()
-        output = model(*inputs, **kwargs)
+        recorder = _RECORDER.get()
+        output = model(*inputs, **kwargs) if recorder is None else _recorded_call(model, inputs, kwargs, *recorder)
         if not mutable:
             return output
         after = {(self.variable_paths.get(path), *nnx_key(path)): var.get_value()
@@ -151,6 +155,67 @@ class NNXApply:
 
     def __repr__(self) -> str:
         return f"NNXApply({type(self.model).__name__})"
+
+
+_RECORDER: contextvars.ContextVar = contextvars.ContextVar("nnx_layer_recorder", default=None)
+LayerRecord = Callable[[int, Any, Any], None]
+
+
+@contextlib.contextmanager
+def recording_layers(targets: dict[str, int], record: LayerRecord) -> Iterator[None]:
+    """Inside the block, every `NNXApply.apply` reports each call of a module whose dotted path is in `targets`
+    as record(targets[path], ((input,), {}), output), through `nnx.capture` (the layer view's NNX recorder, beside
+    linen's interceptor)."""
+    token = _RECORDER.set((targets, record))
+    try:
+        yield
+    finally:
+        _RECORDER.reset(token)
+
+
+_INPUT = "layer_input"
+
+
+def _recorded_call(model: Any, inputs: tuple, kwargs: dict, targets: dict[str, int], record: LayerRecord) -> Any:
+    """`model(*inputs, **kwargs)` under `nnx.capture(..., method_outputs=nnx.Intermediate)`: each module's calls'
+    outputs by module path and call, and (sown by a wrapper around the mapped modules' classes) their inputs."""
+    from flax import nnx
+
+    found = {".".join(nnx_key(path)): (path, m) for path, m in nnx.iter_modules(model)}
+    wanted = {found[p][0]: index for p, index in targets.items() if p in found}
+    with _inputs_sown({type(found[p][1]) for p in targets if p in found}):
+        output, captured = nnx.capture(model, nnx.Intermediate, method_outputs=nnx.Intermediate)(*inputs, **kwargs)
+    flat = {tuple(path): var.get_value() for path, var in nnx.to_flat_state(captured)}
+    for path, index in wanted.items():
+        outputs, ins = flat.get((*path, "__call__"), ()), flat.get((*path, _INPUT), ())
+        for k, out in enumerate(outputs):
+            record(index, ((ins[k] if k < len(ins) else None,), {}), out)
+    return output
+
+
+@contextlib.contextmanager
+def _inputs_sown(classes: set[type]) -> Iterator[None]:
+    """Each class's `__call__` sows its first argument as an nnx.Intermediate while the block runs."""
+    from flax import nnx
+
+    own = {cls: cls.__dict__.get("__call__") for cls in classes}
+
+    def sowing(call):
+        def wrapper(self, *args, **kwargs):
+            if args and hasattr(args[0], "shape"):
+                self.sow(nnx.Intermediate, _INPUT, args[0])
+            return call(self, *args, **kwargs)
+        return wrapper
+    for cls in classes:
+        cls.__call__ = sowing(cls.__call__)
+    try:
+        yield
+    finally:
+        for cls, call in own.items():
+            if call is None:
+                del cls.__call__
+            else:
+                cls.__call__ = call
 
 
 def _subtree(flat: dict, collection: str) -> dict:
