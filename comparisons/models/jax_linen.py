@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from comparisons.models.jax_flax_apply import FLAX_APPLY, FlaxApply
-from comparisons.models.jax_nnx import NNX, NNXApply
+from comparisons.models.jax_nnx import NNX, NNXApply, is_nnx_module, nnx_apply
 from comparisons.models.jax_side import convert_flax, linen_in, make_flax_model
 
 
@@ -15,7 +15,10 @@ class LinenSide:
     captures_layers = True
 
     def make(self, pair: Any) -> Any:
-        return make_flax_model(pair)
+        made = pair.make_flax()
+        if is_nnx_module(made):  # a ModelPair made by hand around an NNX module: run as the NNX side runs it
+            return nnx_apply(made)
+        return make_flax_model(pair, made)
 
     def convert(self, pair: Any, torch_module: Any, model: Any, dtype: Any) -> dict:
         if isinstance(model, NNXApply):

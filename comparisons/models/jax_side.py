@@ -63,14 +63,10 @@ def build(side: JaxSide, pair: Any, seed: int, dtype: Any) -> Built:
     return Built(torch_module, model, side.convert(pair, torch_module, model, dtype))
 
 
-def make_flax_model(pair: Any) -> Any:
-    """`pair.make_flax()`, checked to be a model with `init` and `apply` (a linen Module or a FlaxApply); an NNX
-    Module comes back as its `NNXApply`."""
-    from comparisons.models.jax_nnx import is_nnx_module, nnx_apply
-
-    model = pair.make_flax()
-    if is_nnx_module(model):  # a ModelPair made by hand around an NNX module: run as the NNX side runs it
-        return nnx_apply(model)
+def make_flax_model(pair: Any, made: Any = None) -> Any:
+    """`pair.make_flax()`, checked to be a model with `init` and `apply` (a linen Module or a FlaxApply);
+    `made`: what make_flax() returned already."""
+    model = pair.make_flax() if made is None else made
     pair.check_made("make_flax", model, callable(getattr(model, "init", None)) and callable(
         getattr(model, "apply", None)), "flax.linen.Module, an NNX Module nor a FlaxApply; return the Flax model, e.g. "
         "make_flax=lambda: MyNet()")
