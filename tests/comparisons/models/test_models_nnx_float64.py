@@ -1,5 +1,6 @@
-"""The NNX side's float64 run is float64 everywhere without editing the twin (nnx.Embed fixes float32 at
-construction), and a torch parameter the NNX optimizer would never update is refused by name."""
+"""The NNX side's steps are nnx.Optimizer's; its float64 run is float64 everywhere without editing the twin
+(nnx.Embed fixes float32 at construction), and a torch parameter the NNX optimizer
+would never update is refused by name."""
 from __future__ import annotations
 
 import re
@@ -57,3 +58,31 @@ def test_a_torch_parameter_on_a_plain_nnx_variable_fails_naming_it():
     message = str(error.value)
     assert "\n" not in message
     assert "`head.bias` is an nnx.Variable, not an nnx.Param" in message and "head.bias" in message.split("trains")[1]
+
+
+def test_the_harness_steps_an_nnx_twin_as_nnx_optimizer_wrt_param_does():
+    """optax on the 'params' collection (what the harness runs) equals nnx.Optimizer(model, tx, wrt=nnx.Param)."""
+    import optax
+
+    from comparisons.models.jax_nnx import NNXApply
+
+    seed = int(np.random.default_rng().integers(0, 1000))
+    model = NNXMLP(rngs=nnx.Rngs(seed))
+    (x,), y = mlp_inputs(5, seed, np.float32)
+    adapter = NNXApply(model)
+    variables = adapter.init()
+    tx = optax.sgd(0.05, momentum=0.9)
+
+    def loss(params):
+        logits, _ = adapter.apply({**variables, "params": params}, x, train=True, mutable=["batch_stats"])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    params, opt_state = variables["params"], tx.init(variables["params"])
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    model.train()
+    for _ in range(2):
+        updates, opt_state = tx.update(jax.grad(loss)(params), opt_state, params)
+        params = optax.apply_updates(params, updates)
+        grads = nnx.grad(lambda m: optax.softmax_cross_entropy_with_integer_labels(m(x), y).mean())(model)
+        optimizer.update(model, grads)
+    stepped = NNXApply(model).init()["params"]
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), params, stepped)
