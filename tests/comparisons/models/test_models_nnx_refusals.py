@@ -3,6 +3,7 @@ line that names NNX, never with the model's repr."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from flax import nnx
 from comparisons.errors import UsageError
 from comparisons.models import ModelPair, pair_from_modules
 from comparisons.models.jax_linen import LINEN
+from comparisons.models.user_pairs import load_pair
 
 
 def _one_line(error: pytest.ExceptionInfo) -> str:
@@ -73,3 +75,16 @@ def test_an_unbound_nnx_class_given_to_pair_from_modules_is_named():
         pair_from_modules("cls", torch.nn.Linear(2, 2), NNXLM, make_inputs=lm_inputs,
                           loss_torch=lm_loss_torch, loss_jax=lm_loss_jax)
     assert "NNX Module class NNXLM itself" in _one_line(error)
+
+
+def test_a_user_module_pairing_with_an_nnx_twin_loads_as_run_pair_loads_it(tmp_path, monkeypatch):
+    """Before: `run --pair tiny_nnx:PAIR` exited with "importing tiny_nnx failed: AttributeError: 'NNXLM' object has
+    no attribute 'init'"."""
+    helpers = str(Path(__file__).parent)
+    (tmp_path / "tiny_nnx_user.py").write_text(
+        f"import sys\nsys.path.insert(0, {helpers!r})\n"
+        "from _nnx_twins import lm_pair\n"
+        "PAIR = lm_pair()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pair = load_pair("tiny_nnx_user:PAIR")
+    assert repr(pair.jax_side) == "NNX" and pair.tied == (("lm_head.weight", "embed.weight"),)
