@@ -221,6 +221,7 @@ TORCH_TYPES: dict[str, str] = {
     **{f"torch.nn.modules.conv.Conv{d}d": "conv" for d in (1, 2, 3)},
     **{f"torch.nn.modules.batchnorm.BatchNorm{d}d": "batchnorm" for d in (1, 2, 3)},
     "torch.nn.modules.normalization.LayerNorm": "layernorm",
+    "torch.nn.modules.normalization.RMSNorm": "layernorm",  # weight alone: its scale
     "torch.nn.modules.sparse.Embedding": "embedding",
     "torch.nn.modules.activation.MultiheadAttention": "mha",
     "torch.nn.modules.rnn.LSTM": "lstm",

@@ -1,4 +1,5 @@
-"""Recorders of every mapped layer's calls: forward hooks on torch modules, an interceptor on Flax linen ones.
+"""Recorders of every mapped layer's calls: forward hooks on torch modules, an interceptor on Flax linen ones, and
+`nnx.capture` on Flax NNX ones (models/jax_nnx.py `recording_layers`, keyed by module path and call).
 
 torch: `register_forward_hook(with_kwargs=True)` on each mapped module; replicas made by `dp_torch.replicate`
 share the original's hook table (a replica is a shallow copy of its module), so one hook sees every replica,
@@ -17,6 +18,7 @@ import numpy as np
 from comparisons.convert import RULES, Layer
 from comparisons.errors import UsageError
 from comparisons.layers._records import Call
+from comparisons.models.jax_nnx import recording_layers
 from comparisons.placement import canonical_path
 from comparisons.runs import to_numpy
 
@@ -104,7 +106,9 @@ def _intercepted(mapping: Sequence[Layer], record: Callable[[int, Any, Any], Any
             if index is not None:
                 calls.append(record(index, (args, kwargs), output))
         return output
-    with nn.intercept_methods(interceptor):
+    def nnx_call(index, arguments, output):  # an NNX twin's calls, recorded by its JAX side (models/jax_nnx.py)
+        calls.append(record(index, arguments, output))
+    with nn.intercept_methods(interceptor), recording_layers(targets, nnx_call):
         yield calls
 
 

@@ -25,8 +25,9 @@ OUTPUT = "(output)"
 
 # What to compare first when a layer of this kind is where the two sides part.
 HINTS = {
-    "layernorm": "compare epsilon (torch 1e-5, flax.linen.LayerNorm 1e-6)",
-    "batchnorm": "compare epsilon and momentum (torch m is Flax 1 - m) and which variance is tracked",
+    "layernorm": "compare epsilon (torch LayerNorm 1e-5, RMSNorm its dtype's eps; Flax's, linen and NNX, 1e-6)",
+    "batchnorm": ("compare epsilon and momentum (torch m is Flax 1 - m: Flax's default 0.99 is torch's 0.01) and "
+                  "which variance is tracked"),
     "conv": "compare padding (amounts and mode: zeros, circular, reflect), strides, dilation and groups",
     "linear": "compare use_bias and the kernel's transpose",
     "mha": "compare num_heads, the mask, the scaling and the packed q/k/v split",

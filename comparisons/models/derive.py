@@ -16,9 +16,10 @@ from typing import Any
 
 from comparisons.errors import UsageTypeError
 
-from ..convert import ConversionError, Layer, kind_of
+from ..convert import ConversionError, Layer, kind_of, use_mapping_deriver
 from .jax_flax_apply import FLAX_APPLY, FlaxApply
 from .jax_linen import LINEN
+from .jax_nnx import NNX, is_nnx_module, nnx_kind, short_description
 from .pair import ModelPair
 
 FlaxPathHook = Callable[[str], "str | None"]
@@ -66,6 +67,9 @@ def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: Fla
     # model.shared): its second name is in the state dict only, a tied alias like lm_head.weight
     aliases = [k for k in torch_module.state_dict(keep_vars=True) if k not in seen]
     return layers, one_sided + aliases
+
+
+use_mapping_deriver(derive_mapping)  # convert.torch_to_nnx / nnx_to_torch derive through it
 
 
 def _layer(prefix: str, module: Any, names: list[str], hook: FlaxPathHook | None, flax_modules: set,
@@ -135,7 +139,9 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
     Args:
       name: the pair's name (register it with `comparisons.models.register` to use it by name).
       torch_module: the torch model; the pair deep-copies it for each comparison.
-      flax_model: a linen Module taking `train=`, or a `FlaxApply` (e.g. `comparisons.hf.flax_apply`).
+      flax_model: an `nnx.Module` instance (its nnx.Param and nnx.BatchStat state are its variables, keyed by
+        state path: torch `blocks.0.fc` is NNX `blocks[0].fc`), a linen Module taking `train=`, or a
+        `FlaxApply` (e.g. `comparisons.hf.flax_apply`).
       make_inputs / loss_torch / loss_jax / to_flax_inputs: as in `ModelPair`.
       variables: Flax variables converted by another tool (transformers' `from_pt`): used as they
         are, and checked against this pair's own conversion of `torch_module` (bitwise). None:
@@ -145,8 +151,10 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
       description: for `comparisons list`; default "torch <torch class> -> Flax <Flax class>".
     Costs one trace of the Flax init (`jax.eval_shape`, no compile) when `variables` is None.
     """
+    _check_sides(torch_module, flax_model)
+    api = "Flax NNX" if is_nnx_module(flax_model) else "Flax"
     description = description or (f"torch {type(torch_module).__name__} -> "
-                                   f"Flax {type(getattr(flax_model, 'module', flax_model)).__name__}")
+                                   f"{api} {type(getattr(flax_model, 'module', flax_model)).__name__}")
     pair = ModelPair(name=name, make_torch=lambda: copy.deepcopy(torch_module), make_flax=lambda: flax_model,
                      mapping=(), make_inputs=make_inputs, loss_torch=loss_torch, loss_jax=loss_jax,
                      **({"to_flax_inputs": to_flax_inputs} if to_flax_inputs is not None else {}),
@@ -155,7 +163,8 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
     for label, value in declared.items():
         if isinstance(value, str):
             raise UsageTypeError(f"pair_from_modules: {label}={value!r} is a string; pass a tuple, e.g. ({value!r},)")
-    shapes = pair.flax_shapes(flax_model) if variables is None else _wrapped(variables)
+    side = NNX if is_nnx_module(flax_model) else FLAX_APPLY if isinstance(flax_model, FlaxApply) else LINEN
+    shapes = pair.flax_shapes(side.make(pair)) if variables is None else _wrapped(variables)
     layers, derived_only = derive_mapping(torch_module, shapes, flax_path=flax_path, torch_only=torch_only)
     tied = tied_parameters(torch_module)
     aliases = {alias for alias, _ in tied}
@@ -166,7 +175,21 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
         torch_only=tuple(dict.fromkeys([*(n for n in derived_only if n not in aliases), *torch_only])),
         flax_only=tuple(flax_only), variables=variables, known_differences=tuple(known_differences), tied=tied,
         padding_rows=padding_rows(torch_module, layers) if "padding_row_gradient" in known_differences else (),
-        jax_side=FLAX_APPLY if isinstance(flax_model, FlaxApply) else LINEN)
+        jax_side=side)
+
+
+def _check_sides(torch_module: Any, flax_model: Any) -> None:
+    """Refuse arguments in the wrong place or of the wrong kind, in one line naming what was given."""
+    import torch
+
+    if not isinstance(torch_module, torch.nn.Module):
+        raise UsageTypeError(f"pair_from_modules: torch_module is {short_description(torch_module)}, not a "
+                             "torch.nn.Module; pass the torch model first and the Flax twin second")
+    if nnx_kind(flax_model) is not None:
+        raise UsageTypeError(f"pair_from_modules: flax_model is {nnx_kind(flax_model)}")
+    if not (is_nnx_module(flax_model) or callable(getattr(flax_model, "apply", None))):
+        raise UsageTypeError(f"pair_from_modules: flax_model is {short_description(flax_model)}, not a Flax model; "
+                             "pass an nnx.Module instance, a linen Module or a FlaxApply")
 
 
 def frozen_leaves(torch_module: Any, mapping: Any) -> tuple[str, ...]:

@@ -63,11 +63,12 @@ def build(side: JaxSide, pair: Any, seed: int, dtype: Any) -> Built:
     return Built(torch_module, model, side.convert(pair, torch_module, model, dtype))
 
 
-def make_flax_model(pair: Any) -> Any:
-    """`pair.make_flax()`, checked to be a model with `init` and `apply` (a linen Module or a FlaxApply)."""
-    model = pair.make_flax()
+def make_flax_model(pair: Any, made: Any = None) -> Any:
+    """`pair.make_flax()`, checked to be a model with `init` and `apply` (a linen Module or a FlaxApply);
+    `made`: what make_flax() returned already."""
+    model = pair.make_flax() if made is None else made
     pair.check_made("make_flax", model, callable(getattr(model, "init", None)) and callable(
-        getattr(model, "apply", None)), "flax.linen.Module (nor a FlaxApply); return the Flax model, e.g. "
+        getattr(model, "apply", None)), "flax.linen.Module, an NNX Module nor a FlaxApply; return the Flax model, e.g. "
         "make_flax=lambda: MyNet()")
     return model
 

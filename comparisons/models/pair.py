@@ -12,6 +12,7 @@ from comparisons.errors import UsageError, UsageTypeError
 from ..convert import Layer
 from ..placement import path_matches
 from .jax_linen import LINEN
+from .jax_nnx import short_description
 from .jax_side import Built, JaxSide, build
 
 
@@ -114,7 +115,7 @@ class ModelPair:
     def check_made(self, function: str, made: Any, ok: bool, expected: str) -> None:
         """Refuse what a user's `function` returned, unless `ok`: naming the pair, the value and `expected`."""
         if not ok:
-            raise UsageTypeError(f"ModelPair {self.name!r}: {function}() returned {made!r} (a {type(made).__name__}), "
+            raise UsageTypeError(f"ModelPair {self.name!r}: {function}() returned {short_description(made)}, "
                                  f"not a {expected}")
 
     def flax_shapes(self, flax_module: Any) -> dict:
