@@ -20,7 +20,7 @@ from pathlib import Path
 
 from comparisons.distributed.cli import PROCESSES_HELP
 from comparisons.doctor import cli as doctor_cli
-from comparisons.errors import UsageError
+from comparisons.errors import UsageError, blame_user_code
 from comparisons.harness import STRATEGIES
 from comparisons.render import FORMATS
 from comparisons.runs import (
@@ -92,7 +92,12 @@ def _main(argv: Sequence[str] | None) -> int:
     except _usage_errors() as error:  # ComparisonError, ConversionError, UserPairError, the backends' refusals
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except Exception:  # noqa: BLE001 (not the user's input: say so, with the traceback to report)
+    except Exception as error:  # noqa: BLE001 (the user's code's error, or else ours: said, with the traceback)
+        theirs = blame_user_code(error)
+        if theirs is not None:
+            fix = _fix_for(str(error), args, theirs.in_forward)
+            print(f"error: {theirs}{'; ' + fix if fix else ''}", file=sys.stderr)
+            return 2
         traceback.print_exc()
         print(f"internal error (exit {INTERNAL_ERROR}): the traceback above is a bug of dp-compare, not of your "
               "input; please report it", file=sys.stderr)
@@ -105,6 +110,29 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"error: cannot write the report: {error}", file=sys.stderr)
         return 2
     return 0 if report.ok else 1
+
+
+def _fix_for(message: str, args: argparse.Namespace, in_forward: bool) -> str:
+    """The fix of a known error of the user's model under these flags ('' when none is known)."""
+    if "Expected more than 1 value per channel when training" in message and args.command == "run":
+        return _one_row_chunk_fix(args.batch, args.devices)
+    if in_forward and getattr(args, "torch", None) is not None:
+        return ("check --input-shape (one flag per input of forward, each without the batch, e.g. 3,32,32) and "
+                "--int-inputs (integer ids, for a model that takes them)")
+    return ""
+
+
+def _one_row_chunk_fix(batch: int, devices: int) -> str:
+    """A BatchNorm in training fed a 1-row chunk: the batches and device counts whose chunks all hold 2+ rows."""
+    def smallest_chunk(b: int, d: int) -> int:
+        size = -(-b // d)  # torch.chunk: chunks of ceil(b / d) rows, the last one what is left
+        return b - size * (-(-b // size) - 1)
+    good_batch = next(b for b in range(max(batch, 2 * devices), 4 * (batch + devices))
+                      if smallest_chunk(b, devices) >= 2)
+    good_devices = [d for d in range(devices - 1, 0, -1) if smallest_chunk(batch, d) >= 2][:1]
+    other = f", or --devices {good_devices[0]} with --batch {batch}" if good_devices else ""
+    return (f"a BatchNorm in training mode got a 1-row chunk: --batch {batch} on --devices {devices} splits into "
+            f"chunks with one row (stock DataParallel fails alike); pass --batch {good_batch}{other}")
 
 
 def _usage_errors() -> tuple[type[Exception], ...]:
