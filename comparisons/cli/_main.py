@@ -71,6 +71,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "doctor":  # its own exit codes and formats: comparisons/doctor/cli.py
         return doctor_cli.run(args)
     try:
+        if args.command == "run":
+            traced_cli.refuse_without_torch(args)
         pair = _load_user_pairs(args)
         if getattr(args, "torch", None) is not None:
             pair = traced_cli.pair_from_args(args)
@@ -173,21 +175,7 @@ def _check_cuda() -> None:
 
 def _check_writable(path: str, flag: str) -> None:
     """Refuse an --out the report could not be written to, before the comparison spends its time."""
-    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
-    folder = target.parent
-    if target.is_dir():
-        raise UsageError(f"{flag} {path}: is a folder; pass a file path, e.g. {flag} {target / 'report.html'}")
-    if target.exists() and not target.is_file():  # a pipe or a device: written through, so it must take writes
-        if not os.access(target, os.W_OK):
-            raise UsageError(f"{flag} {path}: cannot write to it; pass a writable path")
-        return
-    if not folder.is_dir():
-        raise UsageError(f"{flag} {path}: folder {folder} does not exist; create it or pass a path in an existing one")
-    try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".dp-compare-probe-"):
-            pass
-    except OSError as error:
-        raise UsageError(f"{flag} {path}: cannot write in {folder} ({error.strerror}); pass a writable path") from None
+    doctor_cli.check_writable(path, flag, "report.html")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -337,14 +325,8 @@ def _summary(report) -> str:
 
 def _write(path: str, text: str) -> None:
     """Write `text` to `path`: a regular file (or a new path) whole or not at all, through a temporary file
-    beside it renamed over it; a symlink's target the same way; anything else (a named pipe, /dev/null, a
-    terminal) written through, since renaming over it would replace the pipe or the device node."""
+    beside it renamed over it; a symlink's target the same way (pipes and devices are refused up front)."""
     target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
-    if target.exists() and not target.is_file():
-        with open(target, "w", encoding="utf-8") as file:
-            file.write(text)
-        print(f"wrote {path}", file=sys.stderr)
-        return
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     _partial.append(temporary)
     try:
