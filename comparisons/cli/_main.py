@@ -151,6 +151,10 @@ def _load_user_pairs(args: argparse.Namespace):
     if getattr(args, "pairs", None) or getattr(args, "imports", None):
         # a user module may start JAX on import (transformers' Flax models do): give it its CPU devices first
         set_jax_cpu_devices(max(8, getattr(args, "devices", None) or 0))
+        if getattr(args, "seed", None) is not None:  # as --processes' workers do: a pair made on import is alike
+            from comparisons.distributed.pairs import seed_imports
+
+            seed_imports(min(max(args.seed, 0), 2**32 - 1))  # a seed out of range is refused later, by name
     user_pairs.load_entry_points()
     for module in getattr(args, "imports", None) or ():
         user_pairs.import_module(module)
