@@ -65,9 +65,9 @@ def _run(spec: dict) -> dict:
     module = _module(spec, run.config.dtype)
     pair = _local_pair(spec, module)
     run = dataclasses.replace(run, pair=pair)
-    traced = pair.make_flax()
-    variables = _host(traced.variables())
-    with jax_precision(run.config.dtype):
+    with jax_precision(run.config.dtype):  # the variables too: made outside x64 they would be float32
+        traced = pair.make_flax()
+        variables = _host(traced.variables())
         _check_first_forward(spec, module, traced, variables, run)
         runs = [run_jax(run, traced, variables, devices, strategy, progress=lambda: None)
                 for strategy in spec["strategies"]]
