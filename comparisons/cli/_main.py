@@ -1,8 +1,9 @@
 """`python -m comparisons demo | run | list | doctor`: compare dp_torch and dp_jax; check a user's model.
 
 Exit status: 0 when every check passes, 1 when one fails, 2 on bad input (a `UsageError`: its message
-alone on stderr; an error raised inside the user's own code too, named with their file and line), 3 when a multi-process worker fails, 70 on an internal error (any other exception: a
-bug of ours, shown with its traceback), 130 on Ctrl-C (no report file is left behind).
+alone on stderr; an error raised inside the user's own code too, named with their file and line), 3 when a
+multi-process worker fails, 70 on an internal error (any other exception: a bug of ours, shown with its traceback),
+130 on Ctrl-C (no report file is left behind).
 Pairs from user code: `--pair module:NAME`, `--import module`, and the entry-point group
 `dp_compare.pairs` (comparisons/models/user_pairs.py, which the multi-process workers use too).
 """
