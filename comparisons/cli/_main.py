@@ -1,8 +1,9 @@
 """`python -m comparisons demo | run | list | doctor`: compare dp_torch and dp_jax; check a user's model.
 
 Exit status: 0 when every check passes, 1 when one fails, 2 on bad input (a `UsageError`: its message
-alone on stderr), 3 when a multi-process worker fails, 70 on an internal error (any other exception: a
-bug of ours, shown with its traceback), 130 on Ctrl-C (no report file is left behind).
+alone on stderr; an error raised inside the user's own code too, named with their file and line), 3 when a
+multi-process worker fails, 70 on an internal error (any other exception: a bug of ours, shown with its traceback),
+130 on Ctrl-C (no report file is left behind).
 Pairs from user code: `--pair module:NAME`, `--import module`, and the entry-point group
 `dp_compare.pairs` (comparisons/models/user_pairs.py, which the multi-process workers use too).
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from comparisons.distributed.cli import PROCESSES_HELP
 from comparisons.doctor import cli as doctor_cli
-from comparisons.errors import UsageError
+from comparisons.errors import UsageError, blame_user_code
 from comparisons.harness import STRATEGIES
 from comparisons.render import FORMATS
 from comparisons.runs import (
@@ -71,6 +72,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "doctor":  # its own exit codes and formats: comparisons/doctor/cli.py
         return doctor_cli.run(args)
     try:
+        if args.command == "run":
+            traced_cli.refuse_without_torch(args)
         pair = _load_user_pairs(args)
         if getattr(args, "torch", None) is not None:
             pair = traced_cli.pair_from_args(args)
@@ -95,7 +98,12 @@ def _main(argv: Sequence[str] | None) -> int:
     except _usage_errors() as error:  # ComparisonError, ConversionError, UserPairError, the backends' refusals
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except Exception:  # noqa: BLE001 (not the user's input: say so, with the traceback to report)
+    except Exception as error:  # noqa: BLE001 (the user's code's error, or else ours: said, with the traceback)
+        theirs = blame_user_code(error)
+        if theirs is not None:
+            fix = _fix_for(str(error), args, theirs.in_forward)
+            print(f"error: {theirs}{'; ' + fix if fix else ''}", file=sys.stderr)
+            return 2
         traceback.print_exc()
         print(f"internal error (exit {INTERNAL_ERROR}): the traceback above is a bug of dp-compare, not of your "
               "input; please report it", file=sys.stderr)
@@ -108,6 +116,29 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"error: cannot write the report: {error}", file=sys.stderr)
         return 2
     return 0 if report.ok else 1
+
+
+def _fix_for(message: str, args: argparse.Namespace, in_forward: bool) -> str:
+    """The fix of a known error of the user's model under these flags ('' when none is known)."""
+    if "Expected more than 1 value per channel when training" in message and args.command == "run":
+        return _one_row_chunk_fix(args.batch, args.devices)
+    if in_forward and getattr(args, "torch", None) is not None:
+        return ("check --input-shape (one flag per input of forward, each without the batch, e.g. 3,32,32) and "
+                "--int-inputs (integer ids, for a model that takes them)")
+    return ""
+
+
+def _one_row_chunk_fix(batch: int, devices: int) -> str:
+    """A BatchNorm in training fed a 1-row chunk: the batches and device counts whose chunks all hold 2+ rows."""
+    def smallest_chunk(b: int, d: int) -> int:
+        size = -(-b // d)  # torch.chunk: chunks of ceil(b / d) rows, the last one what is left
+        return b - size * (-(-b // size) - 1)
+    good_batch = next(b for b in range(max(batch, 2 * devices), 4 * (batch + devices))
+                      if smallest_chunk(b, devices) >= 2)
+    good_devices = [d for d in range(devices - 1, 0, -1) if smallest_chunk(batch, d) >= 2][:1]
+    other = f", or --devices {good_devices[0]} with --batch {batch}" if good_devices else ""
+    return (f"a BatchNorm in training mode got a 1-row chunk: --batch {batch} on --devices {devices} splits into "
+            f"chunks with one row (stock DataParallel fails alike); pass --batch {good_batch}{other}")
 
 
 def _usage_errors() -> tuple[type[Exception], ...]:
@@ -124,6 +155,10 @@ def _load_user_pairs(args: argparse.Namespace):
     if getattr(args, "pairs", None) or getattr(args, "imports", None):
         # a user module may start JAX on import (transformers' Flax models do): give it its CPU devices first
         set_jax_cpu_devices(max(8, getattr(args, "devices", None) or 0))
+        if getattr(args, "seed", None) is not None:  # as --processes' workers do: a pair made on import is alike
+            from comparisons.distributed.pairs import seed_imports
+
+            seed_imports(min(max(args.seed, 0), 2**32 - 1))  # a seed out of range is refused later, by name
     user_pairs.load_entry_points()
     for module in getattr(args, "imports", None) or ():
         user_pairs.import_module(module)
@@ -148,21 +183,7 @@ def _check_cuda() -> None:
 
 def _check_writable(path: str, flag: str) -> None:
     """Refuse an --out the report could not be written to, before the comparison spends its time."""
-    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
-    folder = target.parent
-    if target.is_dir():
-        raise UsageError(f"{flag} {path}: is a folder; pass a file path, e.g. {flag} {target / 'report.html'}")
-    if target.exists() and not target.is_file():  # a pipe or a device: written through, so it must take writes
-        if not os.access(target, os.W_OK):
-            raise UsageError(f"{flag} {path}: cannot write to it; pass a writable path")
-        return
-    if not folder.is_dir():
-        raise UsageError(f"{flag} {path}: folder {folder} does not exist; create it or pass a path in an existing one")
-    try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".dp-compare-probe-"):
-            pass
-    except OSError as error:
-        raise UsageError(f"{flag} {path}: cannot write in {folder} ({error.strerror}); pass a writable path") from None
+    doctor_cli.check_writable(path, flag, "report.html")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -331,14 +352,8 @@ def _summary(report) -> str:
 
 def _write(path: str, text: str) -> None:
     """Write `text` to `path`: a regular file (or a new path) whole or not at all, through a temporary file
-    beside it renamed over it; a symlink's target the same way; anything else (a named pipe, /dev/null, a
-    terminal) written through, since renaming over it would replace the pipe or the device node."""
+    beside it renamed over it; a symlink's target the same way (pipes and devices are refused up front)."""
     target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
-    if target.exists() and not target.is_file():
-        with open(target, "w", encoding="utf-8") as file:
-            file.write(text)
-        print(f"wrote {path}", file=sys.stderr)
-        return
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     _partial.append(temporary)
     try:

@@ -197,6 +197,9 @@ RULES: dict[str, Rule] = {
                        flax_names={"weight": "scale", "running_mean": "mean", "running_var": "var"},
                        activations=Activations(channels_last, channels_last)),
     "layernorm": Rule(("weight", "bias"), (), (), *_renamer(_NORM_PAIRS), flax_names={"weight": "scale"}),
+    # torch.nn.RMSNorm: Flax's nn.RMSNorm holds the same weight as "scale" (set eps= alike: torch's default
+    # is its dtype's machine epsilon, Flax's 1e-6)
+    "rmsnorm": Rule(("weight",), (), (), *_renamer((("weight", ("params", "scale")),)), flax_names={"weight": "scale"}),
     "embedding": Rule(("weight",), ("weight",), (), *_renamer((("weight", ("params", "embedding")),)),
                       flax_names={"weight": "embedding"}),
     # a Linear/Conv whose weight is tied to another module's (an LM head on the input embedding):
@@ -221,7 +224,7 @@ TORCH_TYPES: dict[str, str] = {
     **{f"torch.nn.modules.conv.Conv{d}d": "conv" for d in (1, 2, 3)},
     **{f"torch.nn.modules.batchnorm.BatchNorm{d}d": "batchnorm" for d in (1, 2, 3)},
     "torch.nn.modules.normalization.LayerNorm": "layernorm",
-    "torch.nn.modules.normalization.RMSNorm": "layernorm",  # weight alone: its scale
+    "torch.nn.modules.normalization.RMSNorm": "rmsnorm",
     "torch.nn.modules.sparse.Embedding": "embedding",
     "torch.nn.modules.activation.MultiheadAttention": "mha",
     "torch.nn.modules.rnn.LSTM": "lstm",

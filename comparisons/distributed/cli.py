@@ -32,6 +32,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None, pair: st
     if args.torch_devices != "auto":
         raise ComparisonError("run --processes: --torch-devices does not apply; each DDP rank uses one CPU "
                               "(drop --torch-devices)")
+    _refuse_single_process_flags(args)
     batch = args.batch if _given("--batch", sys.argv[1:] if argv is None else argv) else None
     try:
         imports = [*(getattr(args, "imports", None) or ()), *(getattr(args, "pairs", None) or ())]
@@ -41,6 +42,23 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None, pair: st
     except LaunchError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(3) from None
+
+
+SINGLE_PROCESS_ONLY = (("rtol", None, "--rtol"), ("atol", None, "--atol"),
+                       ("precision", "float64-check", "--precision"),
+                       ("padding", False, "--padding"))
+
+
+def _refuse_single_process_flags(args: argparse.Namespace) -> None:
+    """--rtol, --atol, --precision and --padding set: refused by name, as the multi-process report would drop them."""
+    from comparisons.errors import ComparisonError
+
+    given = [flag for name, default, flag in SINGLE_PROCESS_ONLY if getattr(args, name, default) != default]
+    if given:
+        raise ComparisonError(f"run --processes: {', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply: "
+                              "the multi-process comparison judges with the default tolerances of --dtype and no "
+                              f"float64 check or padding measure; drop {', '.join(given)}, or drop --processes to "
+                              "run them in one process")
 
 
 def _given(flag: str, argv: Sequence[str]) -> bool:

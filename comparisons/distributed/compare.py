@@ -56,6 +56,7 @@ def compare_distributed(pair: str | ModelPair, *, processes: int = 2, devices: i
     name = _pair_name(pair)
     for argument, value in (("processes", processes), ("devices", devices)):
         positive_integer(value, argument=argument, caller=CALLER)
+    _check_processes(processes)
     config = _config(name, imports, sides, rendezvous_timeout, processes, Settings(
         batch_size=4 * processes * devices if batch_size is None else batch_size, devices=devices, steps=steps,
         optimizer=optimizer, dtype=dtype, seed=seed, strategies=("explicit",), precision="off", caller=CALLER))
@@ -116,6 +117,19 @@ def _config(pair: str, imports: Sequence[str], sides: Sequence[str], rendezvous_
     _check_split(settings.batch_size, processes, settings.devices, sides)
     return WorkerConfig(pair, settings.batch_size, settings.steps, settings.optimizer, settings.dtype, settings.seed,
                         settings.devices, float(rendezvous_timeout), sources)
+
+
+def process_limit() -> int:
+    """The most ranks a run may start: one per CPU core (at least 2), since every rank of each side computes."""
+    return max(2, os.cpu_count() or 1)
+
+
+def _check_processes(processes: int) -> None:
+    if processes > process_limit():
+        raise ComparisonError(
+            f"{CALLER}: processes={processes} would start 2 x {processes} worker processes (a DDP rank and a JAX "
+            f"process each) on {os.cpu_count()} CPU cores; pass at most {process_limit()}, and more devices per "
+            "process (devices=) for a larger mesh")
 
 
 def _check_sides(sides: Any) -> None:

@@ -65,7 +65,7 @@ def train(config: Any, rank: int) -> dict[str, Any]:
     from comparisons.distributed import multihost_step as step
     from comparisons.distributed import pairs
 
-    pair = pairs.load(config.pair, config.sources)
+    pair = pairs.load(config.pair, config.sources, config.seed)
     _, flax_module, variables = pair.build(seed=config.seed, dtype=np.dtype(config.dtype))
     inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
     n_in = len(inputs)

@@ -66,11 +66,25 @@ def python_path(sources: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(roots))
 
 
-def load(name: str, sources: Sequence[str]) -> ModelPair:
-    """In a worker: import `sources` (registering their pairs), then the pair called `name`."""
+def seed_imports(seed: int) -> None:
+    """Seed torch's, numpy's and Python's global generators before the user's modules are imported: a pair built
+    at import (pair_from_modules on a module made there) then gets the same weights in every process."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def load(name: str, sources: Sequence[str], seed: int) -> ModelPair:
+    """In a worker: import `sources` (registering their pairs) under `seed_imports(seed)`, then the pair `name`."""
     from comparisons import models
     from comparisons.models import user_pairs
 
+    seed_imports(seed)
     for source in sources:
         if ":" in source:
             user_pairs.load_pair(source, flag="--pair")

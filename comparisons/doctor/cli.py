@@ -23,11 +23,15 @@ DESCRIPTION = ("Find what DataParallel will not put on each device in your own m
                "forward on N distinct devices (virtual ones on a CPU). Exit 0 clean, 1 findings, 2 bad usage.")
 
 
+BATCH_MARK = "B"  # `--input-shape B,3,32,32`: the batch's place, in doctor and run --torch alike
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", help="package.module:factory or path/to/file.py:factory; the factory returns "
                                        "a torch nn.Module, a Flax module, or (flax_module, variables)")
     parser.add_argument("--input-shape", action="append", metavar="SHAPE", default=[],
-                        help="an input's shape, batch first, e.g. 8,3; repeatable for several inputs")
+                        help="an input's shape, batch first, e.g. 8,3, or B,3 for --batch rows (the form run "
+                             "--torch takes too); repeatable for several inputs")
     parser.add_argument("--dtype", default="float32",
                         help="dtype of --input-shape inputs (default float32; integer dtypes draw 0..9)")
     parser.add_argument("--inputs", metavar="MODULE:FUNCTION",
@@ -56,7 +60,7 @@ def _take_negative_looking_shapes(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """The doctor subcommand: 0 clean, 1 findings, 2 bad usage."""
     try:
-        if args.out:
+        if args.out is not None:
             check_writable(args.out)
         _set_jax_cpu_devices(max(8, args.devices))
         report = _diagnose(args)
@@ -64,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     text = report.render(args.format)
-    if args.out:
+    if args.out is not None:
         try:
             Path(args.out).write_text(text + "\n", encoding="utf-8")
         except OSError as error:
@@ -76,17 +80,30 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def check_writable(out: str) -> None:
-    """Refuse `--out` before any work when the report could not be written there."""
-    path = Path(out)
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise UsageError(f"--out {out}: is a folder; pass a file path, e.g. --out {path / 'doctor.html'}")
+def check_writable(out: str, flag: str = "--out", example: str = "doctor.html") -> None:
+    """Refuse `flag` before any work when the report could not be written there: an empty path, a folder (or a
+    path ending in a slash), a missing folder, a pipe or a device (a FIFO with no reader would block forever),
+    or a folder this user cannot write in. A symlink counts as its target."""
+    import stat
+    import tempfile
+
+    if not out:
+        raise UsageError(f"{flag} '': an empty path; pass a file path, e.g. {flag} {example}")
+    target = Path(out).resolve() if Path(out).is_symlink() else Path(out)
+    if target.is_dir() or out.endswith(("/", os.sep)):
+        state = "is a folder" if target.is_dir() else "names a folder (it ends in a slash)"
+        raise UsageError(f"{flag} {out}: {state}; pass a file path, e.g. {flag} {target / example}")
+    if target.exists() and not stat.S_ISREG(target.stat().st_mode):
+        raise UsageError(f"{flag} {out}: is not a regular file (a pipe or a device, which could block or swallow "
+                         "the report); pass a file path")
+    folder = target.parent
     if not folder.is_dir():
-        raise UsageError(f"--out {out}: the folder {str(folder)!r} does not exist; create it or pass a path "
-                         "in an existing folder")
-    if not os.access(path if path.exists() else folder, os.W_OK):
-        raise UsageError(f"--out {out}: not writable; pass a path you can write")
+        raise UsageError(f"{flag} {out}: folder {folder} does not exist; create it or pass a path in an existing one")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".dp-compare-probe-"):
+            pass
+    except OSError as error:
+        raise UsageError(f"{flag} {out}: cannot write in {folder} ({error.strerror}); pass a writable path") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,10 +118,12 @@ def _diagnose(args: argparse.Namespace):
     if bool(args.input_shape) == bool(args.inputs):
         raise UsageError("pass the inputs as --input-shape SHAPE (repeatable) or as --inputs MODULE:FUNCTION, "
                          "exactly one of the two")
+    if args.batch is not None and args.batch < 1:
+        raise UsageError(f"--batch {args.batch}: pass a positive number of rows, e.g. --batch {2 * args.devices}")
     made = _call(load(args.target, "TARGET"), args.target)
     backend, model, variables = _classify(made, args.target)
     batch = args.batch if args.batch is not None else 2 * args.devices
-    inputs, kwargs = (_random_inputs(args.input_shape, args.dtype, backend) if args.input_shape
+    inputs, kwargs = (_random_inputs(args.input_shape, args.dtype, backend, batch) if args.input_shape
                       else _user_inputs(args.inputs, batch))
     name = args.target
     try:
@@ -185,10 +204,10 @@ def _classify(made: Any, spec: str) -> tuple[str, Any, Any]:
                      "linen Module, or (flax_module, variables)")
 
 
-def _random_inputs(shapes: list[str], dtype: str, backend: str) -> tuple[tuple, dict]:
+def _random_inputs(shapes: list[str], dtype: str, backend: str, batch: int) -> tuple[tuple, dict]:
     import numpy as np
 
-    parsed = [_shape(shape) for shape in shapes]
+    parsed = [_shape(shape, batch) for shape in shapes]
     try:
         np_dtype = np.dtype(dtype)
     except TypeError as error:
@@ -203,10 +222,13 @@ def _random_inputs(shapes: list[str], dtype: str, backend: str) -> tuple[tuple, 
     return tuple(arrays), {}
 
 
-def _shape(text: str) -> tuple[int, ...]:
-    """'8,3' -> (8, 3); every dim a positive integer, batch first."""
+def _shape(text: str, batch: int) -> tuple[int, ...]:
+    """'8,3' -> (8, 3); every dim a positive integer, batch first; 'B,3' -> (batch, 3)."""
+    dims = [n for n in text.split(",") if n.strip()]
+    if dims and dims[0].strip() == BATCH_MARK:
+        dims[0] = str(batch)
     try:
-        shape = tuple(int(n) for n in text.split(",") if n.strip())
+        shape = tuple(int(n) for n in dims)
     except ValueError as error:
         raise UsageError(f"--input-shape {text}: {error}; shapes look like 8,3") from error
     if not shape or min(shape) < 1:

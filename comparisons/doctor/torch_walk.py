@@ -106,14 +106,22 @@ def state_snapshot(replicas: list[nn.Module]) -> list[dict[str, dict[str, object
             for replica in replicas]
 
 
+_DATA = ".data"
+_ABSENT = object()
+
+
 def _own_state(module: nn.Module) -> dict[str, object]:
     """A module's attributes, sub-modules and buffers, each of which `self.name = ...` may rebind.
 
     `self.head = nn.Linear(...)` lands in `_modules`, `self.ema = 0.9 * self.ema + ...` in `_buffers`,
     both the replica's own dicts; an in-place update keeps the buffer's identity and is not a rebinding.
     """
+    from comparisons.doctor.torch_recorder import memory_span  # it imports this module
+
+    # `self.buffer.data = new` keeps the buffer object but swaps its memory: the "<name>.data" entries see that
+    storage = {f"{name}{_DATA}": memory_span(value) for name, value in module._buffers.items() if value is not None}
     return {**{name: value for name, value in vars(module).items() if name not in _INTERNALS},
-            **module._modules, **module._buffers}
+            **module._modules, **module._buffers, **storage}
 
 
 def _is_torch_class(module: nn.Module) -> bool:
@@ -180,7 +188,8 @@ def assigned_since(before: dict[str, dict[str, object]], replica: nn.Module) -> 
         if path not in before:
             continue
         for name, value in _own_state(module).items():
-            if name not in before[path] or before[path][name] is not value:
+            earlier = before[path].get(name, _ABSENT)
+            if earlier is _ABSENT or (earlier != value if name.endswith(_DATA) else earlier is not value):
                 changed.append((path, module, name))
     return changed
 

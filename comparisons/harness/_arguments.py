@@ -18,11 +18,14 @@ def _type_of(value: Any) -> str:
     return "" if type(value) is int else f" (a {type(value).__name__})"
 
 
+SEED_LIMIT = 2**32 - 1  # numpy, torch.manual_seed and a JAX key all take it, and the seeds derived from it
+
+
 def seed(value: Any) -> int:
-    """A seed numpy's default_rng and torch.manual_seed both take: an int >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ComparisonError(f"compare: seed={value!r}{_type_of(value)}; pass an integer >= 0, "
-                              "e.g. seed=0")
+    """A seed numpy's default_rng, torch.manual_seed and jax.random.key all take: an int from 0 to 2**32 - 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= SEED_LIMIT:
+        raise ComparisonError(f"compare: seed={value!r}{_type_of(value)}; pass an integer from 0 to {SEED_LIMIT} "
+                              "(2**32 - 1), e.g. seed=0")
     return int(value)
 
 

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 from comparisons.convert import channels_last_inputs
+from comparisons.errors import UsageError
 from comparisons.hf._calling import PretrainedCall, call_signature, flax_apply
 from comparisons.hf._checks import (
     absent_in_flax,
@@ -45,6 +46,7 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
     and one trace of the Flax init; with batch statistics, one Flax init and training forward more.
     """
     register_rules()  # on first use (idempotent): transformers' layers convert by these rules
+    _check_losses(name, loss_torch, loss_jax)
     check_models(name, torch_model, flax_model, make_inputs)
     given_inputs = make_inputs is not None  # derived inputs never hold a pad id; the user's may
     pretrained = hasattr(flax_model, "init_weights") and hasattr(flax_model, "module")
@@ -77,6 +79,15 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
 def _float32() -> Any:
     import numpy as np
     return np.float32
+
+
+def _check_losses(name: str, loss_torch: Any, loss_jax: Any) -> None:
+    """One loss given alone would be compared against the other side's derived loss: a `port` for nothing."""
+    if (loss_torch is None) != (loss_jax is None):
+        given, missing = ("loss_torch", "loss_jax") if loss_jax is None else ("loss_jax", "loss_torch")
+        raise UsageError(f"hf.pair {name!r}: {given}= without {missing}=; the other side would train on the derived "
+                         f"loss, not on yours; pass {missing}= (the same loss in the other framework) too, or "
+                         "neither for the derived pair")
 
 
 def _flax_call(torch_model: Any, flax_model: Any, make_inputs: MakeInputs, pretrained: bool) -> tuple:

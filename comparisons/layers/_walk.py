@@ -26,6 +26,7 @@ OUTPUT = "(output)"
 # What to compare first when a layer of this kind is where the two sides part.
 HINTS = {
     "layernorm": "compare epsilon (torch LayerNorm 1e-5, RMSNorm its dtype's eps; Flax's, linen and NNX, 1e-6)",
+    "rmsnorm": "compare epsilon (torch RMSNorm's default is its dtype's eps; Flax's, linen and NNX, 1e-6)",
     "batchnorm": ("compare epsilon and momentum (torch m is Flax 1 - m: Flax's default 0.99 is torch's 0.01) and "
                   "which variance is tracked"),
     "conv": "compare padding (amounts and mode: zeros, circular, reflect), strides, dilation and groups",

@@ -110,6 +110,10 @@ class ModelPair:
             torch_module = self.make_torch()
             self.check_made("make_torch", torch_module, isinstance(torch_module, torch.nn.Module),
                              "torch.nn.Module; return the torch model, e.g. make_torch=lambda: MyNet()")
+            if not any(p.requires_grad for p in torch_module.parameters()):  # the optimizers would refuse it
+                raise UsageError(f"ModelPair {self.name!r}: make_torch() returned {type(torch_module).__name__}, "
+                                 "which has no trainable parameter, so there is no training to compare; pass a "
+                                 "model with at least one parameter that requires grad")
             return torch_module.to(torch.float64 if np.dtype(dtype) == np.float64 else torch.float32)
 
     def check_made(self, function: str, made: Any, ok: bool, expected: str) -> None:

@@ -60,6 +60,33 @@ def _write_back_batch_norm_statistics(env: Any) -> None:
     env.override_op_definition(torch.ops.aten.native_batch_norm.default, batch_norm)
 
 
+_DATA_DEPENDENT = ("ConcretizationTypeError", "TracerBoolConversionError", "TracerIntegerConversionError",
+                   "NonConcreteBooleanIndexError", "TracerArrayConversionError", "UnexpectedTracerError")
+_READS = {"local_scalar_dense": "Tensor.item()", "nonzero": "torch.nonzero", "bernoulli": "Dropout's random mask"}
+
+
+def data_dependent_op(error: BaseException) -> str | None:
+    """'aten.OP (what calls it) at the user's file:line' when `error` is JAX refusing a value the trace cannot
+    know (a Python branch on .item(), torch.nonzero's data-dependent shape, a random op's leaked key); else None."""
+    import re
+    import traceback
+
+    from comparisons.errors import frames, user_frames
+
+    if type(error).__name__ not in _DATA_DEPENDENT:
+        return None
+    text = "".join(traceback.format_exception(error))
+    ops = re.findall(r"\b_aten_(\w+)", text)
+    op = f"aten.{ops[-1]}" + (f" ({_READS[ops[-1]]})" if ops[-1] in _READS else "") if ops else type(error).__name__
+    user = user_frames(frames(text))
+    where = f" at {user[-1][0]}, line {user[-1][1]}, in {user[-1][2]}" if user else ""
+    if type(error).__name__ == "UnexpectedTracerError":  # a random op's key drawn inside the trace leaks out
+        return (f"{op}{where}: a random op (active dropout) draws its key inside the trace, and its masks could "
+                f"not match torch's anyway ({type(error).__name__}); set the dropout probability to 0")
+    return (f"{op}{where}: its result depends on the data, which a JAX trace does not have "
+            f"({type(error).__name__})")
+
+
 def untraceable_op(error: BaseException) -> str | None:
     """The aten op named by torchax's 'no lowering' error, or None when `error` is another failure."""
     torchax = sys.modules.get("torchax")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from comparisons.doctor.cli import BATCH_MARK
 from comparisons.errors import UsageError
 
 DEFAULT_LOSS = "comparisons.traced.cli:mean_square"
@@ -14,11 +15,24 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--torch", metavar="TARGET", help="your torch model with no Flax twin: package.module:factory "
                      "or path/to/file.py:factory; the JAX side is its trace by torchax (needs dp-compare[auto])")
     run.add_argument("--input-shape", action="append", metavar="SHAPE", default=[],
-                     help="with --torch: one input's shape without the batch, e.g. 3,32,32; repeatable")
+                     help="with --torch: one input's shape without the batch, e.g. 3,32,32, or with B in the "
+                          "batch's place, B,3,32,32 (the form doctor takes too); repeatable")
     run.add_argument("--int-inputs", type=int, metavar="HIGH",
                      help="with --torch: integer inputs (token ids) drawn from 0..HIGH-1 instead of normal floats")
     run.add_argument("--loss", metavar="MODULE:FUNCTION", default=DEFAULT_LOSS,
                      help="with --torch: loss_torch(output, targets); default: the mean square of every float output")
+
+
+TORCH_ONLY_FLAGS = (("input_shape", [], "--input-shape"), ("int_inputs", None, "--int-inputs"),
+                    ("loss", DEFAULT_LOSS, "--loss"))
+
+
+def refuse_without_torch(args: argparse.Namespace) -> None:
+    """--input-shape, --int-inputs and --loss describe a --torch model: refused by name without one."""
+    given = [flag for name, default, flag in TORCH_ONLY_FLAGS if getattr(args, name, default) != default]
+    if given and getattr(args, "torch", None) is None:
+        raise UsageError(f"run: {', '.join(given)} only describe{'s' if len(given) == 1 else ''} a --torch model "
+                         "and would be ignored; drop them, or pass --torch TARGET")
 
 
 def pair_from_args(args: argparse.Namespace) -> Any:
@@ -39,8 +53,11 @@ def pair_from_args(args: argparse.Namespace) -> Any:
 
 
 def _shape(text: str) -> tuple[int, ...]:
+    dims = [n for n in text.split(",") if n.strip()]
+    if dims and dims[0].strip() == BATCH_MARK:
+        dims = dims[1:]
     try:
-        shape = tuple(int(n) for n in text.split(",") if n.strip())
+        shape = tuple(int(n) for n in dims)
     except ValueError as error:
         raise UsageError(f"--input-shape {text}: {error}; shapes look like 3,32,32 (without the batch)") from None
     if min(shape, default=1) < 1:

@@ -31,7 +31,24 @@ def main(spec_path: str) -> None:
         result = _run(spec)
     except UsageError as error:
         result = {"refused": str(error)}
+    except Exception as error:  # noqa: BLE001 - the user's code's error is theirs; any other is re-raised
+        result = {"refused": _theirs(spec, error)}
     write_result(result)
+
+
+def _theirs(spec: dict, error: Exception) -> str:
+    """The refusal of an error raised by the user's code, or an op torchax cannot trace; re-raises any other."""
+    from comparisons.errors import blame_user_code
+    from comparisons.traced import _torchax
+
+    op = _torchax.data_dependent_op(error) or _torchax.untraceable_op(error)
+    if op is not None:
+        return (f"{spec['name']}: torchax {_torchax.version()} cannot trace this model: {op}; the JAX side cannot "
+                "be traced (replace the op, or port that layer to Flax: docs/no_twin.md)")
+    blamed = blame_user_code(error)
+    if blamed is None:
+        raise error
+    return str(blamed)
 
 
 def _run(spec: dict) -> dict:
@@ -48,9 +65,9 @@ def _run(spec: dict) -> dict:
     module = _module(spec, run.config.dtype)
     pair = _local_pair(spec, module)
     run = dataclasses.replace(run, pair=pair)
-    traced = pair.make_flax()
-    variables = _host(traced.variables())
-    with jax_precision(run.config.dtype):
+    with jax_precision(run.config.dtype):  # the variables too: made outside x64 they would be float32
+        traced = pair.make_flax()
+        variables = _host(traced.variables())
         _check_first_forward(spec, module, traced, variables, run)
         runs = [run_jax(run, traced, variables, devices, strategy, progress=lambda: None)
                 for strategy in spec["strategies"]]

@@ -24,9 +24,9 @@ def no_work(monkeypatch):
 @pytest.mark.parametrize("kwargs, message", [
     ({"strategies": "explicit"}, "strategies='explicit' is one string; pass a list, strategies=['explicit']"),
     ({"strategies": 3}, "strategies=3 is not a list of names"),
-    ({"seed": -1}, "seed=-1; pass an integer >= 0"),
-    ({"seed": "7"}, "seed='7' (a str); pass an integer >= 0"),
-    ({"seed": 2.5}, "seed=2.5 (a float); pass an integer >= 0"),
+    ({"seed": -1}, "seed=-1; pass an integer from 0 to 4294967295"),
+    ({"seed": "7"}, "seed='7' (a str); pass an integer from 0 to 4294967295"),
+    ({"seed": 2.5}, "seed=2.5 (a float); pass an integer from 0 to 4294967295"),
     ({"seed": True}, "seed=True (a bool)"),
     ({"progress": "bar"}, "progress='bar' is not callable; pass a function progress(label: str, total_steps: int)"),
     ({"batch_size": "10"}, "batch_size='10' (a str); pass a positive integer"),
