@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from comparisons.doctor.torch_walk import entries
+from comparisons.doctor.torch_walk import cpu_data as _cpu_data
+from comparisons.doctor.torch_walk import entries, memory_span
 
 _MAX_MADE = 10_000  # tensors made on a wrong device that are kept by storage address, per run
 
@@ -107,22 +108,3 @@ class Recorder:
                 storage = _cpu_data(tensor).untyped_storage()
                 if storage.data_ptr():
                     self.made.setdefault(storage.data_ptr(), (storage, origin))
-
-
-def memory_span(tensor: torch.Tensor) -> tuple[int, int, int]:
-    """(storage address, first byte, end byte) of the memory a tensor can touch.
-
-    Virtual-device tensors have no storage of their own; their CPU data's storage stands in.
-    """
-    data = _cpu_data(tensor)
-    start = data.storage_offset() * data.element_size()
-    extent = 1 + sum((size - 1) * stride for size, stride in zip(data.shape, data.stride())) if data.numel() else 0
-    return data.untyped_storage().data_ptr(), start, start + extent * data.element_size()
-
-
-def _cpu_data(tensor: torch.Tensor) -> torch.Tensor:
-    if tensor.device.type in ("cpu", "cuda", "meta"):
-        return tensor
-    from dp_torch import virtual
-
-    return virtual.cpu_view(tensor) if virtual.is_installed() else tensor

@@ -116,8 +116,6 @@ def _own_state(module: nn.Module) -> dict[str, object]:
     `self.head = nn.Linear(...)` lands in `_modules`, `self.ema = 0.9 * self.ema + ...` in `_buffers`,
     both the replica's own dicts; an in-place update keeps the buffer's identity and is not a rebinding.
     """
-    from comparisons.doctor.torch_recorder import memory_span  # it imports this module
-
     # `self.buffer.data = new` keeps the buffer object but swaps its memory: the "<name>.data" entries see that
     storage = {f"{name}{_DATA}": memory_span(value) for name, value in module._buffers.items() if value is not None}
     return {**{name: value for name, value in vars(module).items() if name not in _INTERNALS},
@@ -222,3 +220,22 @@ def _torch_owned_buffer(module: nn.Module, name: str) -> bool:
 
 _NormBase = nn.modules.batchnorm._NormBase  # BatchNorm*, InstanceNorm*, SyncBatchNorm and their Lazy forms
 _NORM_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked"})
+
+
+def memory_span(tensor: torch.Tensor) -> tuple[int, int, int]:
+    """(storage address, first byte, end byte) of the memory a tensor can touch.
+
+    Virtual-device tensors have no storage of their own; their CPU data's storage stands in.
+    """
+    data = cpu_data(tensor)
+    start = data.storage_offset() * data.element_size()
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(data.shape, data.stride())) if data.numel() else 0
+    return data.untyped_storage().data_ptr(), start, start + extent * data.element_size()
+
+
+def cpu_data(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.device.type in ("cpu", "cuda", "meta"):
+        return tensor
+    from dp_torch import virtual
+
+    return virtual.cpu_view(tensor) if virtual.is_installed() else tensor
