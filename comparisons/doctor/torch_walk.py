@@ -185,10 +185,12 @@ def assigned_since(before: dict[str, dict[str, object]], replica: nn.Module) -> 
     for path, module in replica.named_modules():
         if path not in before:
             continue
-        for name, value in _own_state(module).items():
-            earlier = before[path].get(name, _ABSENT)
-            if earlier is _ABSENT or (earlier != value if name.endswith(_DATA) else earlier is not value):
-                changed.append((path, module, name))
+        found = [name for name, value in _own_state(module).items()
+                 if (earlier := before[path].get(name, _ABSENT)) is _ABSENT
+                 or (earlier != value if name.endswith(_DATA) else earlier is not value)]
+        # a buffer rebound as a whole (`self.ema = ...`) swaps its memory too: one finding, under its own name
+        changed += [(path, module, name) for name in found
+                    if not (name.endswith(_DATA) and name[:-len(_DATA)] in found)]
     return changed
 
 
