@@ -111,13 +111,27 @@ def test_a_transposed_kernel_in_the_conversion_fails_the_cross_backend_verdicts(
     ({"steps": 0}, "steps=0; pass a positive integer"),
     ({"dtype": "float16"}, "dtype='float16' is not supported"),
     ({"optimizer": "rmsprop"}, "optimizer='rmsprop' is not supported"),
-    ({"torch_devices": "virtual"}, "needs dp_torch.virtual.install"),
 ])
 def test_bad_input_raises_a_clear_error_naming_the_argument(kwargs, message):
     settings = {"pair": "mlp", "batch_size": 10, "devices": 4, "steps": 1} | kwargs
     with pytest.raises(ComparisonError, match=message.replace("[", r"\[").replace("(", r"\(")
                        .replace(")", r"\)")):
         compare(settings.pop("pair"), **settings)
+
+
+def test_virtual_torch_devices_before_any_install_are_refused_naming_the_call():
+    """In a fresh interpreter: installing vdev is process-wide and permanent, so an earlier test (any CLI run
+    in this process with torch_devices 'auto') would have installed them and the refusal could not show."""
+    import subprocess
+    import sys
+
+    from _helpers_harness import ROOT
+
+    script = ("from comparisons import ComparisonError, compare\n"
+              "try:\n    compare('mlp', batch_size=10, devices=4, steps=1, torch_devices='virtual')\n"
+              "except ComparisonError as error:\n    print(error)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "needs dp_torch.virtual.install" in done.stdout, done.stdout + done.stderr
 
 
 def test_a_user_pair_whose_mapping_misses_a_parameter_is_refused():
