@@ -34,7 +34,7 @@ def test_processes_refuses_the_flags_it_would_drop_by_name(capsys, monkeypatch, 
 
 @given(extra=st.integers(1, 10**6))
 def test_processes_past_the_cores_are_refused_with_the_limit(extra):
-    limit = max(2, os.cpu_count() or 1)
+    limit = max(4, 2 * (os.cpu_count() or 1))
     with pytest.raises(ComparisonError, match=f"processes={limit + extra} would start 2 x {limit + extra} worker "
                                               f"processes .* pass at most {limit}"):
         compare_distributed("mlp", processes=limit + extra, devices=1)
