@@ -93,7 +93,7 @@ def test_a_different_pair_under_a_registered_name_is_refused():
 
 def test_the_workers_load_the_pair_by_its_import_target_in_a_fresh_process(user_folder):
     code = ("from comparisons.distributed.pairs import load; "
-            "print(load('tiny_imported', ['tiny_registering']).description)")
+            "print(load('tiny_imported', ['tiny_registering'], seed=0).description)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*python_path(["tiny_registering"]), str(ROOT)])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/",
                           timeout=120)
