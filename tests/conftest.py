@@ -6,6 +6,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 # `--slow-share`: its hooks, found here by name (tests/_slow_share.py)
 from _slow_share import (  # noqa: F401
     pytest_addoption,
@@ -42,3 +44,22 @@ jax.config.update("jax_enable_compilation_cache", False)
 # `python -m pytest tests/virtual` (tests/virtual/conftest.py installs vdev:0..3 there).
 collect_ignore = ["virtual"]
 
+
+
+@pytest.fixture(autouse=True)
+def _virtual_devices_stay_out_of_this_process():
+    """Fails the test that installs dp_torch.virtual in this process, whatever the order tests run in.
+
+    Installing is process-wide and permanent: after it, torch.accelerator is available, gather's default
+    destination is vdev:0 and stock DataParallel finds devices, so every later test would run in a
+    different world (one CI share broke 238 tests this way). Such tests run in a fresh interpreter or in
+    tests/virtual; compare() calls here pass torch_devices='cpu'.
+    """
+    from dp_torch import virtual
+
+    before = virtual.is_installed()
+    yield
+    if not before and virtual.is_installed():
+        pytest.fail("this test installed dp_torch.virtual in the main pytest process (compare()'s "
+                    "torch_devices='auto' or the doctor's devices=N do): pass torch_devices='cpu', run it in a "
+                    "fresh interpreter, or move it to tests/virtual", pytrace=False)

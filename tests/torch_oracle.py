@@ -46,6 +46,7 @@ stock_scatter_gather = importlib.import_module("torch.nn.parallel.scatter_gather
 _CPU_ASSERT_MARKER = "not implemented for CPU tensors"
 _FUNCTION_NAMES = ("Broadcast", "ReduceAddCoalesced", "Gather", "Scatter")
 _active_lock = threading.Lock()
+_NO_STREAMS = types.SimpleNamespace(is_available=lambda: False)
 
 
 # --- torch.nn.parallel._functions without its two CPU asserts ------------------------------
@@ -119,6 +120,9 @@ def _patches(n_devices: int) -> list[Any]:
     patches += [mock.patch.object(stock_functions, name, getattr(functions, name))
                 for name in _FUNCTION_NAMES]
     patches += [
+        # The CPU stand-in device has no streams, so Scatter takes its no-copy-stream path even where
+        # an accelerator is registered (dp_torch.virtual's vdev makes torch.accelerator available).
+        mock.patch.object(functions, "torch", TorchView(accelerator=_NO_STREAMS)),
         mock.patch.object(stock_scatter_gather, "Scatter", functions.Scatter),
         mock.patch.object(stock_scatter_gather, "Gather", functions.Gather),
         mock.patch.object(stock_comm, "reduce_add", reduce_add),

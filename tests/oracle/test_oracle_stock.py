@@ -174,3 +174,29 @@ def test_stock_scatter_uses_chunk_sizes_and_keeps_views(stock, batch, sizes):
     chunks = stock.scatter(x, [0, 1, 2, 3])
     assert [c.shape[0] for c in chunks] == sizes
     assert all(c.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() for c in chunks)
+
+
+def test_oracle_runs_in_a_process_where_dp_torch_installed_virtual_devices():
+    # An in-process `comparisons` run with torch_devices='auto' installs vdev for the whole process,
+    # and then torch.accelerator.is_available() is True: stock Scatter took its CPU->GPU copy-stream
+    # path and called record_stream on CPU chunks. Fresh interpreter: the suite order must not matter.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).parents[1]
+    code = (
+        "import sys, torch; sys.path.insert(0, sys.argv[1])\n"
+        "import dp_torch.virtual as v; v.install(4)\n"
+        "assert torch.accelerator.is_available()\n"
+        "from torch_oracle import stock_parallel_on_cpu\n"
+        "torch.manual_seed(int(sys.argv[2])); x = torch.randn(7, 3); m = torch.nn.Linear(3, 2)\n"
+        "with stock_parallel_on_cpu() as s:\n"
+        "    out = s.DataParallel(m, device_ids=[0, 1, 2])(x)\n"
+        "    out.sum().backward()\n"
+        "torch.testing.assert_close(out, m(x))\n"
+    )
+    seed = str(torch.randint(0, 2**16, ()).item())
+    done = subprocess.run([sys.executable, "-c", code, str(tests), seed], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
