@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from comparisons.cli import main
+from _helpers_harness import run_cli
 
 NET = '''
 import torch
@@ -32,10 +32,11 @@ def make():
 
 @pytest.mark.parametrize("update, found", [(".data = 0.9 * self.ema + 0.1 * y.detach().mean(0)", True),
                                             (".mul_(0.9).add_(0.1 * y.detach().mean(0))", False)])
-def test_a_buffer_rebound_through_data_is_found_and_an_in_place_update_is_not(tmp_path, capsys, update, found):
+def test_a_buffer_rebound_through_data_is_found_and_an_in_place_update_is_not(tmp_path, update, found):
+    # A fresh process: the doctor's --devices 2 installs virtual torch devices, which are process-wide.
     path = tmp_path / "ema_net.py"
     path.write_text(NET.format(update=update))
-    status = main(["doctor", f"{path}:make", "--input-shape", "8,3", "--devices", "2", "--format", "json"])
-    report = json.loads(capsys.readouterr().out)
+    done = run_cli("doctor", f"{path}:make", "--input-shape", "8,3", "--devices", "2", "--format", "json")
+    status, report = done.returncode, json.loads(done.stdout)
     rebound = [f for f in report["findings"] if f["kind"] == "state-on-self" and "ema" in json.dumps(f)]
     assert bool(rebound) == found and status == (1 if found else status)
