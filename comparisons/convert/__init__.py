@@ -12,10 +12,12 @@ from comparisons.convert._convert import (
     RULES,
     Activations,
     ConversionError,
+    FlaxLeaf,
     Layer,
     Rule,
     channels_last,
     flax_grads_to_torch,
+    flax_leaf,
     flax_momentum,
     flax_to_torch,
     kind_of,
@@ -26,6 +28,7 @@ from comparisons.convert._convert import (
 from comparisons.convert._nnx import nnx_key, nnx_to_torch, torch_to_nnx, use_mapping_deriver
 from comparisons.convert._rules import channels_last_inputs
 
-__all__ = ["RULES", "Activations", "ConversionError", "Layer", "Rule", "flax_grads_to_torch", "flax_momentum",
+__all__ = ["RULES", "Activations", "ConversionError", "FlaxLeaf", "Layer", "Rule", "flax_grads_to_torch", "flax_leaf",
+           "flax_momentum",
            "flax_to_torch", "channels_last", "channels_last_inputs", "kind_of", "nnx_key", "nnx_to_torch",
            "register_rule", "torch_grads_to_flax", "torch_to_flax", "torch_to_nnx", "use_mapping_deriver"]

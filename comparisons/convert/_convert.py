@@ -35,7 +35,8 @@ from comparisons.convert._rules import RULES, TORCH_TYPES, Activations, Rule, ch
 from comparisons.errors import UsageError, UsageTypeError
 from comparisons.placement import canonical_path
 
-__all__ = ["Activations", "ConversionError", "Layer", "Rule", "channels_last", "flax_grads_to_torch", "flax_momentum",
+__all__ = ["Activations", "ConversionError", "FlaxLeaf", "Layer", "Rule", "channels_last", "flax_grads_to_torch",
+           "flax_leaf", "flax_momentum",
            "flax_to_torch", "kind_of", "register_rule", "torch_grads_to_flax", "torch_to_flax"]
 
 
@@ -106,6 +107,36 @@ def kind_of(module: Any) -> str | None:
         if kind is not None:
             return kind
     return None
+
+
+@dataclass(frozen=True)
+class FlaxLeaf:
+    """Where a torch parameter lives on the Flax side: its layer's Flax prefix and its own leaf's path."""
+
+    prefix: str
+    path: str
+
+
+def flax_leaf(mapping: Sequence[Layer | tuple], torch_name: str) -> FlaxLeaf | None:
+    """The Flax leaf of torch parameter `torch_name` through `mapping`, or None when it has none.
+
+    The owner is the entry with the longest torch prefix of the name (an empty prefix owns every name);
+    None where no entry owns it, or its rule has no such torch key (a module the mapping leaves out).
+    """
+    layers = [layer for layer in _layers(mapping) if _owns(layer.torch, torch_name)]
+    if not layers:
+        return None
+    layer = max(layers, key=lambda entry: len(entry.torch))
+    suffix = torch_name[len(layer.torch) + 1:] if layer.torch else torch_name
+    rule = RULES[layer.kind]
+    if suffix not in rule.torch_keys:
+        return None
+    prefix, leaf = canonical_path(layer.flax), rule.flax_names.get(suffix, suffix)
+    return FlaxLeaf(prefix, f"{prefix}.{leaf}" if prefix else leaf)
+
+
+def _owns(prefix: str, name: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".") if prefix else True
 
 
 def flax_momentum(torch_momentum: float) -> float:

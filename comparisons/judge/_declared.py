@@ -17,7 +17,6 @@ import numpy as np
 from comparisons.judge import _padding_row
 from comparisons.judge._bounds import Bounds, Sides
 from comparisons.judge._numerics import compare_trees, flatten
-from comparisons.placement import canonical_path
 from comparisons.verdicts import Check
 
 _TORCH_BN_MOMENTUM = 0.1  # torch.nn.BatchNorm's default; transformers' models keep it
@@ -139,25 +138,14 @@ def _unused_check(pair: Any, unused: tuple[str, ...], run: Any, tol: float) -> C
 
 def _flax_leaves_of(pair: Any, name: str, grads: dict) -> list[str]:
     """The Flax gradient paths of torch parameter `name`: its own leaf, else its layer's leaves."""
-    from comparisons.convert import RULES
+    from comparisons.convert import flax_leaf
 
-    layers = [layer for layer in pair.mapping if _owns(layer.torch, name)]
-    if not layers:
-        return []
-    layer = max(layers, key=lambda entry: len(entry.torch))
-    suffix = name[len(layer.torch) + 1:] if layer.torch else name
-    if suffix not in RULES[layer.kind].torch_keys:
+    leaf = flax_leaf(pair.mapping, name)
+    if leaf is None:
         return []  # a parameter of a module the mapping leaves out (declared torch-only): no Flax twin
-    prefix = canonical_path(layer.flax)
-    leaf = RULES[layer.kind].flax_names.get(suffix, suffix)
-    own = f"{prefix}.{leaf}" if prefix else leaf
-    if own in grads:
-        return [own]
-    return [path for path in grads if _owns(prefix, path)]
-
-
-def _owns(prefix: str, name: str) -> bool:
-    return name == prefix or name.startswith(prefix + ".") if prefix else True
+    if leaf.path in grads:
+        return [leaf.path]
+    return [path for path in grads if not leaf.prefix or path == leaf.prefix or path.startswith(leaf.prefix + ".")]
 
 
 def _biased_var_check(torch_run: Any, run: Any, tol: float) -> Check:
