@@ -42,7 +42,8 @@ class NonZero(nn.Module):
 def nonzero():
     return NonZero()
 '''
-QUICK = ("--steps", "1", "--strategy", "explicit", "--precision", "off")
+# torch on the CPU repeated: the default (auto) would install virtual devices in this process (tests/conftest.py)
+QUICK = ("--steps", "1", "--strategy", "explicit", "--precision", "off", "--torch-devices", "cpu")
 
 
 @pytest.fixture(scope="module")
