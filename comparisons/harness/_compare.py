@@ -276,9 +276,12 @@ def _ticks(progress: Callable[[str, int], None] | None, total: int) -> Callable[
 def _jax_runs(run: RunInputs, built: Built, strategies: list[str], jax_list: list, tick) -> list[BackendRun]:
     from comparisons.runs.jax_run import run_jax
 
+    runs: list[BackendRun] = []
     with jax_precision(run.config.dtype):
-        return [run_jax(run, built.flax, built.variables, jax_list, strategy,
-                        progress=lambda s=strategy: tick(f"jax:{s}")) for strategy in strategies]
+        for strategy in strategies:  # the single-device reference is every strategy's: trained once
+            runs.append(run_jax(run, built.flax, built.variables, jax_list, strategy,
+                                progress=lambda s=strategy: tick(f"jax:{s}"), single=runs[0].single if runs else None))
+    return runs
 
 
 def _build(pair: ModelPair, config: RunConfig) -> Built:

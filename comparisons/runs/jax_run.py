@@ -27,15 +27,18 @@ from comparisons.runs._trees import output_tree
 
 
 def run_jax(run: RunInputs, flax_module: Any, variables: dict, devices: Sequence[jax.Device], strategy: str, *,
-            progress: Callable[[], None]) -> BackendRun:
-    """Train `variables` with DataParallel(strategy) and with the chunked reference; record placement."""
+            progress: Callable[[], None], single: Snapshot | None = None) -> BackendRun:
+    """Train `variables` with DataParallel(strategy) and with the chunked reference; record placement.
+
+    `single`: the reference's Snapshot from another strategy's run of the same inputs, devices and module
+    (the reference does not depend on the strategy): reused, so it is trained once per comparison.
+    """
     pair, config = run.pair, run.config
     variables = jax.device_put(variables, devices[0])  # where torch keeps the original module
     x = pair.to_flax_inputs(run.inputs)
     mutable = mutable_collections(pair)
     wrapper = dp_jax.DataParallel(flax_module, list(devices), dim=config.dim, strategy=strategy)
     sizes = tuple(dp_jax.chunk_sizes(config.batch_size, len(devices)))
-    reference = reference_step(pair.loss_jax, flax_module, sizes, config.dim, mutable, pair.name)
     dp_step = value_and_grad(pair.loss_jax, dp_apply(wrapper, mutable), pair.name)
     eager = None
     if has_compiled_step(strategy):  # the compiled step trains; the eager path is checked against it
@@ -44,7 +47,12 @@ def run_jax(run: RunInputs, flax_module: Any, variables: dict, devices: Sequence
         dp = dataclasses.replace(compiled, outputs=eager.outputs)  # train_step returns no output: apply's
     else:
         dp, out_and_grads = _train(dp_step, variables, x, run, progress, record=config.trajectory)
-    single, _ = _train(reference, variables, x, run, progress)
+    if single is None:
+        reference = reference_step(pair.loss_jax, flax_module, sizes, config.dim, mutable, pair.name)
+        single, _ = _train(reference, variables, x, run, progress)
+    else:
+        for _ in range(config.steps):
+            progress()
     label = f"jax:{strategy}"
     placement = _placement(wrapper, variables, x, out_and_grads, devices)
     plan = wrapper.last_plan

@@ -59,3 +59,26 @@ def test_a_compiled_step_that_drifts_from_the_eager_path_fails_its_check(monkeyp
     checks = compiled_checks(report)
     assert checks[("params_after_steps", "jax:sharded compiled step vs eager")] is False
     assert checks[("gradients", "jax:sharded compiled step vs eager")] is True
+
+
+def test_the_single_device_reference_trains_once_per_comparison_and_every_strategy_is_checked_against_it(
+        monkeypatch):
+    strategies = ["shard_map", "explicit"]  # a mapped run trains it, the eager explicit run reuses it
+    built = []
+    real = jax_run.reference_step
+
+    def counting(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jax_run, "reference_step", counting)
+    ticks = []
+    report = compare("mlp", batch_size=7, devices=3, strategies=strategies, steps=2, precision="off", seed=5,
+                     progress=lambda label, total: ticks.append((label, total)))
+    assert report.ok, report.render("table")
+    assert len(built) == 1  # the first strategy's run trains it; the others reuse its snapshot
+    singles = {c.compared for c in report.checks if c.compared.startswith("jax:") and "single" in c.compared}
+    assert {s for s in strategies if any(f"jax:{s} " in compared for compared in singles)} == set(strategies)
+    total = 2 * 2 * (1 + len(strategies))  # DP and single per step, torch and every strategy
+    assert len(ticks) == total and {t for _, t in ticks} == {total}
+    assert sum(label == f"jax:{strategies[-1]}" for label, _ in ticks) == 4  # its reused reference still ticks
