@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _helpers_harness import run_cli
 
 NET = '''
