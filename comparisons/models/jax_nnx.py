@@ -138,7 +138,8 @@ class NNXApply:
 
     def with_dtype(self, dtype: str) -> NNXApply:
         """A copy whose every module computes in `dtype`: each floating `dtype` and `param_dtype` attribute (fixed
-        at construction: nnx.Embed's float32) reset on a merged copy; the user's module is untouched."""
+        at construction: nnx.Embed's float32) reset on a merged copy, and in float64 nnx.MultiHeadAttention's
+        default attention_fn swapped for the same function's own softmax path; the user's module is untouched."""
         import numpy as np
         from flax import nnx
 
@@ -150,11 +151,30 @@ class NNXApply:
                 value = getattr(module, name, None)
                 if value is not None and np.issubdtype(np.dtype(value), np.floating):
                     setattr(module, name, np.dtype(dtype).type)
+            if np.dtype(dtype) == np.float64 and getattr(module, "attention_fn", None) is nnx.dot_product_attention:
+                module.attention_fn = _attention_in_its_dtype
         self._in_dtype[dtype] = NNXApply(copy)
         return self._in_dtype[dtype]
 
     def __repr__(self) -> str:
         return f"NNXApply({type(self.model).__name__})"
+
+
+class _NoSowing:
+    """A falsy `module` argument: nnx.dot_product_attention then computes its weights itself (softmax in the inputs'
+    dtype) instead of calling jax.nn.dot_product_attention, whose softmax is float32 whatever the inputs, and
+    dot_product_attention_weights' `if module:` sows nothing."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def _attention_in_its_dtype(*args: Any, module: Any = None, **kwargs: Any) -> Any:
+    """nnx.dot_product_attention with every step in the inputs' dtype (the float64 run's attention: no float32
+    island), the same function as the default's, so the float32 runs and this one compute one formula."""
+    from flax import nnx
+
+    return nnx.dot_product_attention(*args, module=_NoSowing() if module is None else module, **kwargs)
 
 
 _RECORDER: contextvars.ContextVar = contextvars.ContextVar("nnx_layer_recorder", default=None)
@@ -253,6 +273,16 @@ def check_trainable(pair: Any, torch_module: Any, model: NNXApply) -> None:
                     f"pair {pair.name!r}: NNX `{leaf}` is an nnx.{collection}, not an nnx.Param: "
                     f"nnx.Optimizer(model, tx, wrt=nnx.Param) never updates it, while torch trains "
                     f"{torch_names}; declare it nnx.Param(...)")
+
+
+def verdict_traps(model: Any, torch_module: Any, dtype: str) -> tuple:
+    """The NNX traps (`comparisons.judge.nnx_traps`) of the twin a comparison ran, for its verdicts to name; empty
+    unless `model` is an `NNXApply`. A dtype fixed at construction is left out: the runs reset it (`with_dtype`)."""
+    if not isinstance(model, NNXApply):
+        return ()
+    from comparisons.judge import nnx_traps
+
+    return tuple(trap for trap in nnx_traps(model.model, torch_module, dtype=dtype) if trap.kind != "fixed-dtype")
 
 
 class NNXSide:
