@@ -47,6 +47,28 @@ def nnx_kind(value: Any) -> str | None:
         return "an NNX GraphDef alone (no weights): pass the module itself, or nnx.merge(graphdef, state)"
     if isinstance(value, nnx.State):
         return "an NNX State alone (no structure): pass the module itself, or nnx.merge(graphdef, state)"
+    return _bridged(value, nnx)
+
+
+def _bridged(value: Any, nnx: Any) -> str | None:
+    """Words for an `nnx.bridge` twin, which is refused: the layer view cannot see through the bridge, and NNX's
+    fixed dtypes inside a linen wrapper keep float32 in a float64 run. Each names the native path."""
+    if isinstance(value, nnx.bridge.ToLinen):
+        name = value.nnx_class.__name__
+        return (f"nnx.bridge.to_linen({name}), an NNX Module wrapped as linen, which the comparison does not see "
+                f"through: pass the NNX module itself, {name}(..., rngs=nnx.Rngs(0)), which it runs natively")
+    if not isinstance(value, nnx.Module):
+        return None
+    for path, module in nnx.iter_modules(value):
+        if isinstance(module, nnx.bridge.ToNNX):
+            wrapped = getattr(module, "to_nnx__module", None) or module.module  # flax >= 0.12 renamed it
+            linen = f"the linen {type(wrapped).__name__}"
+            if not path:
+                return (f"an nnx.bridge.ToNNX wrapping {linen}, which the comparison does not see through: pass the "
+                        "linen module itself, which it runs natively, or write the twin in NNX")
+            at = ".".join(map(str, path))
+            return (f"an NNX Module ({type(value).__name__}) holding nnx.bridge.ToNNX at `{at}` ({linen}), which "
+                    f"the comparison does not see through: write `{at}` in NNX, or the whole twin in linen")
     return None
 
 
@@ -64,6 +86,13 @@ def short_description(value: Any) -> str:
         return describe(value)
     shown = repr(value)
     return f"{shown} (a {type(value).__name__})" if len(shown) <= 80 and "\n" not in shown else describe(value)
+
+
+def refuse_nnx_kind(pair: Any, made: Any) -> None:
+    """Refuse what `pair.make_flax()` returned when it is an NNX object that is not a twin (`nnx_kind`)."""
+    words = nnx_kind(made)
+    if words is not None:
+        raise UsageTypeError(f"ModelPair {pair.name!r}: make_flax() returned {words}")
 
 
 def _collection(variable_type: type) -> str:
@@ -293,6 +322,7 @@ class NNXSide:
 
     def make(self, pair: Any) -> NNXApply:
         model = pair.make_flax()
+        refuse_nnx_kind(pair, model)
         if not is_nnx_module(model):
             raise UsageTypeError(f"ModelPair {pair.name!r}: make_flax() returned {describe(model)}, not an NNX "
                                  "module instance; return the model, e.g. make_flax=lambda: MyNet(rngs=nnx.Rngs(0))")
