@@ -60,7 +60,7 @@ def test_rmsnorm_epsilon_differing_from_torch_fails_naming_the_norm():
     assert not report.ok and "outputs" in failed
     assert {"blocks.0.norm1.scale", "norm.scale"} <= failed["gradients"], failed
     _names_the_trap(report, "gradients", "norm.scale", "nnx.RMSNorm epsilon=1e-06, torch's eps=1e-05",
-                    "epsilon=1e-05")
+                    "nnx.RMSNorm(..., epsilon=1e-05)")
     output = _leaf(report, "outputs", None)  # no layer owns the output: the trapped layers are named by path
     assert "NNX settings unlike torch's in the twin: " in output.message and "`norm` rmsnorm-epsilon" in output.message
 
