@@ -36,9 +36,9 @@ def test_an_nnx_module_given_as_the_apply_function_is_refused_naming_the_call_th
     from comparisons.errors import UsageError
 
     model, x = Net(3, 1e-5), np.ones((4, 3), np.float32)
-    for given in (model, nnx.state(model), Net):
+    for wrong in (model, nnx.state(model), Net):
         with pytest.raises(UsageError) as error:
-            doctor_jax(given, {}, x, devices=jax.devices()[:2])
+            doctor_jax(wrong, {}, x, devices=jax.devices()[:2])
         message = str(error.value)
         assert "\n" not in message and "doctor_jax: apply_fn is " in message and "NNX" in message, message
         assert "doctor_jax(lambda variables, *x: model(*x), {}, *inputs)" in message

@@ -49,7 +49,7 @@ def test_nnx_batchnorms_biased_running_variance_undeclared_fails_naming_the_trap
                      strategies=["explicit"], torch_devices="cpu")
     assert _failed_leaves(report) == {"batch_stats": {"bn.var"}}, _failed_leaves(report)
     _names_the_trap(report, "batch_stats", "bn.var", "nnx.BatchNorm keeps the biased batch variance",
-                    "TorchBatchNorm")
+                    "a BatchNorm that tracks n / (n - 1) x the variance")
 
 
 def test_rmsnorm_epsilon_differing_from_torch_fails_naming_the_norm():
@@ -90,5 +90,6 @@ def _names_the_trap(report, subject: str, path: str, cause: str, fix: str) -> No
     message = _leaf(report, subject, path).message
     layer = path.rpartition(".")[0]
     assert f"NNX trap at `{layer}`: {cause}" in message and f"fix: {fix}" in message and "\n" not in message, message
-    for shown in (report.render("table"), html.unescape(report.render("html")), json.dumps(json.loads(report.to_json()))):
+    shown_as = (report.render("table"), html.unescape(report.render("html")), json.dumps(json.loads(report.to_json())))
+    for shown in shown_as:
         assert cause in shown and fix in shown
