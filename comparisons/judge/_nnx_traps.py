@@ -122,6 +122,9 @@ def _fixed_dtype(name: str, module: Any, dtype: str) -> list[NNXTrap]:
 
 # The leaves each kind of trap moves, by the leaf's own name; a kind not listed moves every leaf of its layer.
 _MOVES = {"batchnorm-momentum": ("mean", "var"), "batchnorm-variance": ("var",)}
+# Named on their own layer's leaves only: the variance kept moves `var` alone, and E[x²] - E[x]² differs from
+# torch's two-pass variance by rounding unless the mean is large, so naming it on every leaf would mislead.
+_LOCAL = ("batchnorm-variance", "batchnorm-fast-variance")
 
 
 def with_traps(checks: list, traps: tuple[NNXTrap, ...]) -> list:
@@ -132,26 +135,32 @@ def with_traps(checks: list, traps: tuple[NNXTrap, ...]) -> list:
     Cost: a pass over the failing leaves; checks with no trap to name come back unchanged."""
     import dataclasses
 
-    if not traps:
-        return checks
-    elsewhere = "NNX settings unlike torch's in the twin: " + ", ".join(
-        f"`{trap.path}` {trap.kind}" for trap in traps)
+    spread = [trap for trap in traps if trap.kind not in _LOCAL]
+    elsewhere = ("NNX settings unlike torch's in the twin: " + ", ".join(f"`{t.path}` {t.kind}" for t in spread)
+                 if spread else "")
     named = []
     for check in checks:
         if check.passed or not check.compared.startswith("torch DP vs "):
             named.append(check)
             continue
-        leaves, detail = [], check.detail
-        for leaf in check.leaves:
-            if not leaf.passed:
-                owned = [t for t in traps if _owns(t, leaf.path)]
-                words = "; ".join(f"NNX trap at `{t.path}`: {t.cause}; fix: {t.hint}" for t in owned) or elsewhere
-                message = f"{leaf.message}; {words}" if leaf.message else words
-                detail = detail.replace(leaf.message, message, 1) if leaf.message else detail
-                leaf = dataclasses.replace(leaf, message=message)
-            leaves.append(leaf)
-        named.append(dataclasses.replace(check, leaves=tuple(leaves), detail=detail))
+        leaves = tuple(leaf if leaf.passed else _named(leaf, traps, elsewhere) for leaf in check.leaves)
+        detail = check.detail
+        for before, after in zip(check.leaves, leaves):
+            if before.message and after is not before:
+                detail = detail.replace(before.message, after.message, 1)
+        named.append(dataclasses.replace(check, leaves=leaves, detail=detail))
     return named
+
+
+def _named(leaf: Any, traps: tuple[NNXTrap, ...], elsewhere: str) -> Any:
+    """`leaf` with the traps of its own layer in its message, else `elsewhere`; itself when there are none."""
+    import dataclasses
+
+    owned = [trap for trap in traps if _owns(trap, leaf.path)]
+    words = "; ".join(f"NNX trap at `{t.path}`: {t.cause}; fix: {t.hint}" for t in owned) or elsewhere
+    if not words:
+        return leaf
+    return dataclasses.replace(leaf, message=f"{leaf.message}; {words}" if leaf.message else words)
 
 
 def _owns(trap: NNXTrap, leaf_path: str) -> bool:
