@@ -9,7 +9,7 @@
     _runs.py       judge_runs: every verdict of one comparison's runs
     _padding.py    padding_notes: what uneven='pad' would change, measured (notes, never verdicts)
     _padding_row.py padding_row_checks: torch's padding_idx row, taken out of the cross checks and measured
-    _nnx_traps.py  nnx_traps: an NNX twin's settings that differ from torch's (momentum, epsilon, variance, dtype)
+    _nnx_traps.py  nnx_traps: an NNX twin's settings unlike torch's; with_traps: failing leaves name them
     _drift.py      drift: the torch-vs-JAX gap per training step; classify_drift: rounding or jumps
 
 Above runs/ and placement/; harness/ and render/ build on it.
