@@ -39,6 +39,7 @@ def doctor_jax(apply_fn: Any, variables: Any, *inputs: Any, devices: int | Seque
     """
     import jax
 
+    _refuse_nnx(apply_fn)
     device_list = _devices(devices)
     kwargs = kwargs or {}
     reach = reachable(apply_fn)
@@ -64,6 +65,17 @@ def doctor_jax(apply_fn: Any, variables: Any, *inputs: Any, devices: int | Seque
     if error is not None:
         findings.append(error)
     return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list), tuple(findings), tuple(notes))
+
+
+def _refuse_nnx(apply_fn: Any) -> None:
+    """An NNX module (or class, GraphDef, State) is no `apply_fn(variables, *inputs)`: refused in one line."""
+    from comparisons.errors import UsageTypeError
+    from comparisons.models.jax_nnx import is_nnx_module, nnx_kind
+
+    if is_nnx_module(apply_fn) or nnx_kind(apply_fn) is not None:
+        what = f"an NNX Module ({type(apply_fn).__name__})" if is_nnx_module(apply_fn) else nnx_kind(apply_fn)
+        raise UsageTypeError(f"doctor_jax: apply_fn is {what}, which takes no variables; pass a function calling "
+                             "the module: doctor_jax(lambda variables, *x: model(*x), {}, *inputs)")
 
 
 def _function_name(fn: Any) -> str:

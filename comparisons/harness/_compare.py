@@ -21,6 +21,7 @@ from comparisons.harness._layers import layer_view_fields, needs_layer_view
 from comparisons.harness._settings import Settings
 from comparisons.harness._trajectory import with_trajectory
 from comparisons.models import Built, ModelPair
+from comparisons.models.jax_nnx import verdict_traps
 from comparisons.placement import canonical_path
 from comparisons.runs import (
     OPTIMIZERS,
@@ -148,6 +149,8 @@ def _judge(runs: Runs, built: Built, settings: Settings) -> Verdicts:
     bounds = judge.Bounds(settings.rtol_used, settings.atol, "port" if settings.dtype == "float64" else None)
     checks = (judge.judge_runs(pair, runs.runs, bounds, runs.float64, runs.run.inputs)
               + judge.conversion_checks(pair, settings.seed, settings.dtype, built=built))
+    checks = judge.with_traps(checks, verdict_traps(built.flax, built.torch, settings.dtype,
+                                                    pair.known_differences))  # NNX twins only
     return Verdicts(checks, judge.drift(pair, runs.runs, runs.float64))
 
 

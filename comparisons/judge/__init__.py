@@ -9,7 +9,7 @@
     _runs.py       judge_runs: every verdict of one comparison's runs
     _padding.py    padding_notes: what uneven='pad' would change, measured (notes, never verdicts)
     _padding_row.py padding_row_checks: torch's padding_idx row, taken out of the cross checks and measured
-    _nnx_traps.py  nnx_traps: an NNX twin's settings that differ from torch's (momentum, epsilon, variance, dtype)
+    _nnx_traps.py  nnx_traps: an NNX twin's settings unlike torch's; with_traps: failing leaves name them
     _drift.py      drift: the torch-vs-JAX gap per training step; classify_drift: rounding or jumps
 
 Above runs/ and placement/; harness/ and render/ build on it.
@@ -20,7 +20,7 @@ from comparisons.judge._declared import conversion_checks, cross
 from comparisons.judge._declared import notes as declared_notes
 from comparisons.judge._drift import classify as classify_drift
 from comparisons.judge._drift import drift, drift_line, relative_gap
-from comparisons.judge._nnx_traps import NNXTrap, nnx_traps
+from comparisons.judge._nnx_traps import NNXTrap, nnx_traps, with_traps
 from comparisons.judge._numerics import TOLERANCES, compare_trees, flatten
 from comparisons.judge._padding import padding_notes
 from comparisons.judge._padding_row import padding_row_checks
@@ -33,4 +33,4 @@ __all__ = ["NOISE_GRADIENT", "SUBJECTS", "TOLERANCES", "Bounds", "NNXTrap", "Sid
            "classify_drift", "compare_placement", "compare_trees", "conversion_checks", "cross", "declared_checks",
            "declared_notes", "drift", "drift_line", "flatten", "judge_cross", "judge_runs", "larger", "layer_of",
            "measured_rounding", "noise_gradients", "nnx_traps", "padding_notes", "padding_row_checks",
-           "parametrisation_note", "relative_gap"]
+           "parametrisation_note", "relative_gap", "with_traps"]

@@ -118,3 +118,54 @@ def _fixed_dtype(name: str, module: Any, dtype: str) -> list[NNXTrap]:
                     f"{layer} fixed dtype={np.dtype(fixed).name} at construction (nnx.Embed's dtype=None takes "
                     f"param_dtype's, float32): it computes in {np.dtype(fixed).name} in a {dtype} run",
                     f"build it with dtype and param_dtype of the run ({layer}(..., dtype=..., param_dtype=...))")]
+
+
+# The leaves each kind of trap moves, by the leaf's own name; a kind not listed moves every leaf of its layer.
+_MOVES = {"batchnorm-momentum": ("mean", "var"), "batchnorm-variance": ("var",)}
+# Named on their own layer's leaves only: the variance kept moves `var` alone, and E[x²] - E[x]² differs from
+# torch's two-pass variance by rounding unless the mean is large, so naming it on every leaf would mislead.
+_LOCAL = ("batchnorm-variance", "batchnorm-fast-variance")
+
+
+def with_traps(checks: list, traps: tuple[NNXTrap, ...]) -> list:
+    """`checks` with each failing torch-vs-JAX leaf's message naming the NNX traps of the layer that owns it
+    (`nnx_traps`: "NNX trap at `bn`: <cause>; fix: <hint>"), or, for a leaf no trap owns (an output, a layer
+    before the trap), the trapped layers by path; the check's detail quotes the new messages. One line each.
+    Why: a verdict that says "port" at `bn.mean` leaves the user to find momentum=0.99 alone.
+    Cost: a pass over the failing leaves; checks with no trap to name come back unchanged."""
+    import dataclasses
+
+    spread = [trap for trap in traps if trap.kind not in _LOCAL]
+    elsewhere = ("NNX settings unlike torch's in the twin: " + ", ".join(f"`{t.path}` {t.kind}" for t in spread)
+                 if spread else "")
+    named = []
+    for check in checks:
+        if check.passed or not check.compared.startswith("torch DP vs "):
+            named.append(check)
+            continue
+        leaves = tuple(leaf if leaf.passed else _named(leaf, traps, elsewhere) for leaf in check.leaves)
+        detail = check.detail
+        for before, after in zip(check.leaves, leaves):
+            if before.message and after is not before:
+                detail = detail.replace(before.message, after.message, 1)
+        named.append(dataclasses.replace(check, leaves=leaves, detail=detail))
+    return named
+
+
+def _named(leaf: Any, traps: tuple[NNXTrap, ...], elsewhere: str) -> Any:
+    """`leaf` with the traps of its own layer in its message, else `elsewhere`; itself when there are none."""
+    import dataclasses
+
+    owned = [trap for trap in traps if _owns(trap, leaf.path)]
+    words = "; ".join(f"NNX trap at `{t.path}`: {t.cause}; fix: {t.hint}" for t in owned) or elsewhere
+    if not words:
+        return leaf
+    return dataclasses.replace(leaf, message=f"{leaf.message}; {words}" if leaf.message else words)
+
+
+def _owns(trap: NNXTrap, leaf_path: str) -> bool:
+    """Whether `trap`'s layer holds the leaf `leaf_path` and the trap moves a leaf of that name."""
+    layer, _, name = leaf_path.rpartition(".")
+    if layer != trap.path and not (trap.path == "(the model)" and "." not in leaf_path):
+        return False
+    return name in _MOVES.get(trap.kind, (name,))

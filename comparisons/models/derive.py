@@ -47,8 +47,10 @@ def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: Fla
     flax_modules = _flax_module_paths(flatten_dict(dict(flax_variables)))
     canonical = set(dict(torch_module.named_parameters())) | set(torch_module.state_dict(keep_vars=True))
     distinct = set(dict(torch_module.named_parameters()))
-    layers, one_sided, seen = [], [], set()
+    layers, one_sided, seen, absorbed = [], [], set(), set()
     for prefix, sub in torch_module.named_modules():
+        if prefix in absorbed:  # its tensors are its parent's rule's (nn.MultiheadAttention's out_proj)
+            continue
         if type(sub).__name__ == "ParametrizationList":
             seen.update(f"{prefix}.{k}" for k in sub._parameters)
             continue  # torch's parametrization holds its parent's weight; the parent's rule converts it
@@ -60,6 +62,7 @@ def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: Fla
         one_sided += tied + transient
         own = [n for n in params + buffers if n not in tied and n not in transient
                and not n.endswith("num_batches_tracked") and not any(fnmatch(n, p) for p in torch_only)]
+        own += _nested(prefix, sub, canonical, absorbed, seen)
         if own:
             layers.append(_layer(prefix, sub, own, flax_path, flax_modules, weight_tied=f"{dotted}weight" in tied))
         seen.update(params + buffers)
@@ -67,6 +70,20 @@ def derive_mapping(torch_module: Any, flax_variables: Mapping, *, flax_path: Fla
     # model.shared): its second name is in the state dict only, a tied alias like lm_head.weight
     aliases = [k for k in torch_module.state_dict(keep_vars=True) if k not in seen]
     return layers, one_sided + aliases
+
+
+def _nested(prefix: str, module: Any, canonical: set, absorbed: set, seen: set) -> list[str]:
+    """The tensors of `module`'s submodules that its own rule converts ('out_proj.weight' of an
+    nn.MultiheadAttention, whose Flax twin holds them as `out`): their names, their submodules marked absorbed."""
+    from comparisons.convert import RULES
+
+    kind = kind_of(module)
+    keys = [key for key in (RULES[kind].torch_keys if kind in RULES else ()) if "." in key]
+    dotted = f"{prefix}." if prefix else ""
+    absorbed.update(dotted + key.rpartition(".")[0] for key in keys)
+    names = [dotted + key for key in keys if dotted + key in canonical]
+    seen.update(names)
+    return names
 
 
 use_mapping_deriver(derive_mapping)  # convert.torch_to_nnx / nnx_to_torch derive through it

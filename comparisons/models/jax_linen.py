@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from comparisons.models.jax_flax_apply import FLAX_APPLY, FlaxApply
-from comparisons.models.jax_nnx import NNX, NNXApply, is_nnx_module, nnx_apply
+from comparisons.models.jax_nnx import NNX, NNXApply, is_nnx_module, nnx_apply, refuse_nnx_kind
 from comparisons.models.jax_side import convert_flax, linen_in, make_flax_model
 
 
@@ -16,6 +16,7 @@ class LinenSide:
 
     def make(self, pair: Any) -> Any:
         made = pair.make_flax()
+        refuse_nnx_kind(pair, made)
         if is_nnx_module(made):  # a ModelPair made by hand around an NNX module: run as the NNX side runs it
             return nnx_apply(made)
         return make_flax_model(pair, made)

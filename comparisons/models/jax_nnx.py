@@ -47,6 +47,28 @@ def nnx_kind(value: Any) -> str | None:
         return "an NNX GraphDef alone (no weights): pass the module itself, or nnx.merge(graphdef, state)"
     if isinstance(value, nnx.State):
         return "an NNX State alone (no structure): pass the module itself, or nnx.merge(graphdef, state)"
+    return _bridged(value, nnx)
+
+
+def _bridged(value: Any, nnx: Any) -> str | None:
+    """Words for an `nnx.bridge` twin, which is refused: the layer view cannot see through the bridge, and NNX's
+    fixed dtypes inside a linen wrapper keep float32 in a float64 run. Each names the native path."""
+    if isinstance(value, nnx.bridge.ToLinen):
+        name = value.nnx_class.__name__
+        return (f"nnx.bridge.to_linen({name}), an NNX Module wrapped as linen, which the comparison does not see "
+                f"through: pass the NNX module itself, {name}(..., rngs=nnx.Rngs(0)), which it runs natively")
+    if not isinstance(value, nnx.Module):
+        return None
+    for path, module in nnx.iter_modules(value):
+        if isinstance(module, nnx.bridge.ToNNX):
+            wrapped = getattr(module, "to_nnx__module", None) or module.module  # flax >= 0.12 renamed it
+            linen = f"the linen {type(wrapped).__name__}"
+            if not path:
+                return (f"an nnx.bridge.ToNNX wrapping {linen}, which the comparison does not see through: pass the "
+                        "linen module itself, which it runs natively, or write the twin in NNX")
+            at = ".".join(map(str, path))
+            return (f"an NNX Module ({type(value).__name__}) holding nnx.bridge.ToNNX at `{at}` ({linen}), which "
+                    f"the comparison does not see through: write `{at}` in NNX, or the whole twin in linen")
     return None
 
 
@@ -64,6 +86,13 @@ def short_description(value: Any) -> str:
         return describe(value)
     shown = repr(value)
     return f"{shown} (a {type(value).__name__})" if len(shown) <= 80 and "\n" not in shown else describe(value)
+
+
+def refuse_nnx_kind(pair: Any, made: Any) -> None:
+    """Refuse what `pair.make_flax()` returned when it is an NNX object that is not a twin (`nnx_kind`)."""
+    words = nnx_kind(made)
+    if words is not None:
+        raise UsageTypeError(f"ModelPair {pair.name!r}: make_flax() returned {words}")
 
 
 def _collection(variable_type: type) -> str:
@@ -138,7 +167,8 @@ class NNXApply:
 
     def with_dtype(self, dtype: str) -> NNXApply:
         """A copy whose every module computes in `dtype`: each floating `dtype` and `param_dtype` attribute (fixed
-        at construction: nnx.Embed's float32) reset on a merged copy; the user's module is untouched."""
+        at construction: nnx.Embed's float32) reset on a merged copy, and in float64 nnx.MultiHeadAttention's
+        default attention_fn swapped for the same function's own softmax path; the user's module is untouched."""
         import numpy as np
         from flax import nnx
 
@@ -150,11 +180,30 @@ class NNXApply:
                 value = getattr(module, name, None)
                 if value is not None and np.issubdtype(np.dtype(value), np.floating):
                     setattr(module, name, np.dtype(dtype).type)
+            if np.dtype(dtype) == np.float64 and getattr(module, "attention_fn", None) is nnx.dot_product_attention:
+                module.attention_fn = _attention_in_its_dtype
         self._in_dtype[dtype] = NNXApply(copy)
         return self._in_dtype[dtype]
 
     def __repr__(self) -> str:
         return f"NNXApply({type(self.model).__name__})"
+
+
+class _NoSowing:
+    """A falsy `module` argument: nnx.dot_product_attention then computes its weights itself (softmax in the inputs'
+    dtype) instead of calling jax.nn.dot_product_attention, whose softmax is float32 whatever the inputs, and
+    dot_product_attention_weights' `if module:` sows nothing."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def _attention_in_its_dtype(*args: Any, module: Any = None, **kwargs: Any) -> Any:
+    """nnx.dot_product_attention with every step in the inputs' dtype (the float64 run's attention: no float32
+    island), the same function as the default's, so the float32 runs and this one compute one formula."""
+    from flax import nnx
+
+    return nnx.dot_product_attention(*args, module=_NoSowing() if module is None else module, **kwargs)
 
 
 _RECORDER: contextvars.ContextVar = contextvars.ContextVar("nnx_layer_recorder", default=None)
@@ -255,6 +304,18 @@ def check_trainable(pair: Any, torch_module: Any, model: NNXApply) -> None:
                     f"{torch_names}; declare it nnx.Param(...)")
 
 
+def verdict_traps(model: Any, torch_module: Any, dtype: str, declared: tuple[str, ...] = ()) -> tuple:
+    """The NNX traps (`comparisons.judge.nnx_traps`) of the twin a comparison ran, for its verdicts to name; empty
+    unless `model` is an `NNXApply`. Left out: a dtype fixed at construction (the runs reset it, `with_dtype`), and
+    the biased running variance when the pair declares it (`flax_batchnorm_biased_var`: measured on its own)."""
+    if not isinstance(model, NNXApply):
+        return ()
+    from comparisons.judge import nnx_traps
+
+    left_out = {"fixed-dtype"} | ({"batchnorm-variance"} if "flax_batchnorm_biased_var" in declared else set())
+    return tuple(trap for trap in nnx_traps(model.model, torch_module, dtype=dtype) if trap.kind not in left_out)
+
+
 class NNXSide:
     """A `JaxSide` for an `nnx.Module`: made into an `NNXApply`, converted and run as a linen Module is."""
 
@@ -263,6 +324,7 @@ class NNXSide:
 
     def make(self, pair: Any) -> NNXApply:
         model = pair.make_flax()
+        refuse_nnx_kind(pair, model)
         if not is_nnx_module(model):
             raise UsageTypeError(f"ModelPair {pair.name!r}: make_flax() returned {describe(model)}, not an NNX "
                                  "module instance; return the model, e.g. make_flax=lambda: MyNet(rngs=nnx.Rngs(0))")

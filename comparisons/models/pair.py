@@ -22,16 +22,17 @@ def _same_layout(arrays: tuple) -> tuple:
 
 @dataclass(frozen=True)
 class ModelPair:
-    """A torch module and a Flax linen module, plus what is needed to compare them.
+    """A torch module and a Flax module (NNX or linen), plus what is needed to compare them.
 
-    Conventions: the Flax module's `__call__(*inputs, train=False)`; with `has_batch_stats`, a
+    Conventions (linen): the Flax module's `__call__(*inputs, train=False)`; with `has_batch_stats`, a
     training call needs `mutable=['batch_stats']`. Both models take the batch on `batch_axis` and
     return outputs of the same layout, so outputs compare directly.
 
     Attributes:
       name: registry key.
       make_torch: () -> torch.nn.Module in float32 with torch's own init (seed torch first).
-      make_flax: () -> flax.linen.Module (dtype follows the variables and inputs).
+      make_flax: () -> a flax.nnx.Module instance or a flax.linen.Module (dtype follows the variables and inputs);
+        an NNX class, GraphDef, State or an nnx.bridge wrapper is refused in one line naming it.
       mapping: `Layer` entries converting the torch state_dict to Flax variables and back.
       make_inputs: (batch_size, seed, dtype) -> (inputs, targets), numpy, in the torch layout;
         `dtype` is the float dtype (integer inputs such as token ids are int32).

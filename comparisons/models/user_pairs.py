@@ -17,6 +17,7 @@ from typing import Any
 
 from comparisons.errors import UsageError
 from comparisons.models import ModelPair, names, register
+from comparisons.models.jax_nnx import describe, is_nnx_module
 
 ENTRY_POINT_GROUP = "dp_compare.pairs"
 
@@ -91,6 +92,10 @@ def _pairs_in(value: Any, where: str) -> list[ModelPair]:
         return []
     candidates = list(value) if isinstance(value, (list, tuple)) else [value]
     for candidate in candidates:
+        if is_nnx_module(candidate):  # the twin alone: say how to pair it
+            raise UserPairError(f"{where} is {describe(candidate)}, not a comparisons.models.ModelPair; pair it "
+                                "with its torch model: pair_from_modules(name, torch_model, twin, make_inputs=..., "
+                                "loss_torch=..., loss_jax=...)")
         if not isinstance(candidate, ModelPair):
             raise UserPairError(f"{where} is a {type(candidate).__name__}, not a comparisons.models.ModelPair; "
                                 "point it at a ModelPair (or a list of them)")

@@ -1,6 +1,6 @@
 """torch <-> Flax NNX state: every layer kind a derived linen mapping handles (a torch MultiheadAttention's
-out_proj derives as a layer of its own, for linen too: not here), built into an abstract state, bitwise both
-ways, a wrong shape named by its path."""
+out_proj with it: the attention rule owns it), built into an abstract state, bitwise both ways, a wrong shape
+named by its path."""
 from __future__ import annotations
 
 import jax
@@ -24,6 +24,7 @@ class TorchZoo(torch.nn.Module):
         self.embed = torch.nn.Embedding(vocab, width)
         self.lstm = torch.nn.LSTM(width, channels, batch_first=True)
         self.head = torch.nn.Linear(width, vocab)
+        self.attn = torch.nn.MultiheadAttention(width, heads, batch_first=True)
 
 
 class NNXZoo(nnx.Module):
@@ -36,6 +37,7 @@ class NNXZoo(nnx.Module):
         self.embed = nnx.Embed(vocab, width, rngs=rngs)
         self.lstm = nnx.LSTMCell(width, channels, rngs=rngs)
         self.head = nnx.Linear(width, vocab, rngs=rngs)
+        self.attn = nnx.MultiHeadAttention(num_heads=heads, in_features=width, decode=False, rngs=rngs)
 
 
 sizes = st.fixed_dictionaries({"heads": st.integers(1, 3), "head_dim": st.integers(1, 4),
@@ -66,6 +68,8 @@ def test_torch_to_nnx_to_torch_is_bitwise_for_every_layer_kind(size, seed, dtype
         assert model.embed.embedding.shape == (size["vocab"], size["heads"] * size["head_dim"])
         np.testing.assert_array_equal(model.layers[0].kernel[...], torch_module.layers[0].weight.detach().numpy().T)
         np.testing.assert_array_equal(model.bn.mean[...], torch_module.bn.running_mean.numpy())
+        out = torch_module.attn.out_proj.weight.detach().numpy()  # (E, E) -> NNX's (heads, head_dim, E)
+        np.testing.assert_array_equal(model.attn.out.kernel[...], out.T.reshape(size["heads"], size["head_dim"], -1))
         back = nnx_to_torch(model, torch_module)
     expected = torch_module.state_dict()
     assert set(back) == set(expected)

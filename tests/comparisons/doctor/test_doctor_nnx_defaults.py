@@ -27,3 +27,18 @@ def test_an_nnx_layernorm_with_flaxs_epsilon_is_named_at_its_path(features):
     assert [f.where for f in found] == ["planted.norm"] and "epsilon=1e-05" in found[0].fix
     report = doctor_jax(lambda variables, x: honest(x), {}, x, devices=jax.devices()[:2])
     assert not [f for f in report.findings if f.kind == "nnx-default"]
+
+
+def test_an_nnx_module_given_as_the_apply_function_is_refused_naming_the_call_that_works():
+    """Before: a 'run-error' finding from tracing model({}, x), which blamed the user's module."""
+    import pytest
+
+    from comparisons.errors import UsageError
+
+    model, x = Net(3, 1e-5), np.ones((4, 3), np.float32)
+    for wrong in (model, nnx.state(model), Net):
+        with pytest.raises(UsageError) as error:
+            doctor_jax(wrong, {}, x, devices=jax.devices()[:2])
+        message = str(error.value)
+        assert "\n" not in message and "doctor_jax: apply_fn is " in message and "NNX" in message, message
+        assert "doctor_jax(lambda variables, *x: model(*x), {}, *inputs)" in message

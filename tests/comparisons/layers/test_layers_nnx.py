@@ -16,7 +16,7 @@ from comparisons import compare  # noqa: E402
 def test_the_layer_view_of_an_nnx_twin_finds_the_norm_whose_epsilon_differs():
     seed = int(np.random.default_rng().integers(0, 1000))
     report = compare(lm_pair(torch_eps=1e-5, seed=seed), batch_size=7, devices=4, seed=seed, strategies=["explicit"],
-                     layers=True)
+                     layers=True, torch_devices="cpu")
     rows = report.layer_view
     assert [row["torch"] for row in rows][:3] == ["embed", "blocks.0.norm1", "blocks.0.q"]
     assert all(row["output"]["verdict"] in ("agree", "differs") for row in rows), rows  # none missing

@@ -44,11 +44,11 @@ def mlp_inputs(batch_size, seed, dtype):
     return (rng.standard_normal((batch_size, 4, 6)).astype(dtype),), rng.integers(0, 3, batch_size).astype(np.int32)
 
 
-def mlp_pair(momentum: float = 0.9, seed: int = 0):
+def mlp_pair(momentum: float = 0.9, seed: int = 0, known_differences: tuple = ("flax_batchnorm_biased_var",)):
     torch.manual_seed(seed)
     return pair_from_modules("mlp_nnx", TorchMLP(), NNXMLP(momentum=momentum, rngs=nnx.Rngs(seed)),
                              make_inputs=mlp_inputs, loss_torch=_ce_torch, loss_jax=_ce_jax,
-                             known_differences=("flax_batchnorm_biased_var",))
+                             known_differences=known_differences)
 
 
 VOCAB, WIDTH, HEADS, LENGTH = 11, 8, 2, 5

@@ -70,11 +70,16 @@ def test_an_nnx_module_where_torch_is_expected_is_named():
     assert "torch_module is an NNX Module (NNXLM), not a torch.nn.Module" in _one_line(swapped)
 
 
-def test_an_unbound_nnx_class_given_to_pair_from_modules_is_named():
+@pytest.mark.parametrize("given, named", [
+    (lambda: NNXLM, "the NNX Module class NNXLM itself, not a module: construct it"),
+    (lambda: nnx.split(NNXLM(rngs=nnx.Rngs(0)))[0], "an NNX GraphDef alone (no weights): pass the module itself"),
+    (lambda: nnx.state(NNXLM(rngs=nnx.Rngs(0))), "an NNX State alone (no structure): pass the module itself"),
+], ids=["class", "graphdef", "state"])
+def test_an_nnx_object_not_a_module_given_to_pair_from_modules_is_named(given, named):
     with pytest.raises(UsageError) as error:
-        pair_from_modules("cls", torch.nn.Linear(2, 2), NNXLM, make_inputs=lm_inputs,
+        pair_from_modules("cls", torch.nn.Linear(2, 2), given(), make_inputs=lm_inputs,
                           loss_torch=lm_loss_torch, loss_jax=lm_loss_jax)
-    assert "NNX Module class NNXLM itself" in _one_line(error)
+    assert f"flax_model is {named}" in _one_line(error)
 
 
 def test_a_user_module_pairing_with_an_nnx_twin_loads_as_run_pair_loads_it(tmp_path, monkeypatch):
