@@ -21,7 +21,7 @@ from comparisons.harness._layers import layer_view_fields, needs_layer_view
 from comparisons.harness._settings import Settings
 from comparisons.harness._trajectory import with_trajectory
 from comparisons.models import Built, ModelPair
-from comparisons.models.jax_nnx import verdict_traps
+from comparisons.models.jax_nnx import NNXApply
 from comparisons.placement import canonical_path
 from comparisons.runs import (
     OPTIMIZERS,
@@ -149,9 +149,19 @@ def _judge(runs: Runs, built: Built, settings: Settings) -> Verdicts:
     bounds = judge.Bounds(settings.rtol_used, settings.atol, "port" if settings.dtype == "float64" else None)
     checks = (judge.judge_runs(pair, runs.runs, bounds, runs.float64, runs.run.inputs)
               + judge.conversion_checks(pair, settings.seed, settings.dtype, built=built))
-    checks = judge.with_traps(checks, verdict_traps(built.flax, built.torch, settings.dtype,
-                                                    pair.known_differences))  # NNX twins only
+    checks = judge.with_traps(checks, _nnx_traps(built, settings.dtype, pair.known_differences))
     return Verdicts(checks, judge.drift(pair, runs.runs, runs.float64))
+
+
+def _nnx_traps(built: Built, dtype: str, declared: tuple[str, ...]) -> tuple:
+    """The NNX traps (`judge.nnx_traps`) of the twin a comparison ran, for its failing leaves to name; empty unless
+    the twin is NNX. Left out: a dtype fixed at construction (the runs reset it, `with_dtype`), and the biased
+    running variance when the pair declares it (`flax_batchnorm_biased_var`: measured on its own)."""
+    if not isinstance(built.flax, NNXApply):
+        return ()
+    left_out = {"fixed-dtype"} | ({"batchnorm-variance"} if "flax_batchnorm_biased_var" in declared else set())
+    return tuple(trap for trap in judge.nnx_traps(built.flax.model, built.torch, dtype=dtype)
+                 if trap.kind not in left_out)
 
 
 def _opening_notes(settings: Settings, light: bool) -> list[str]:

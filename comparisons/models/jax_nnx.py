@@ -304,18 +304,6 @@ def check_trainable(pair: Any, torch_module: Any, model: NNXApply) -> None:
                     f"{torch_names}; declare it nnx.Param(...)")
 
 
-def verdict_traps(model: Any, torch_module: Any, dtype: str, declared: tuple[str, ...] = ()) -> tuple:
-    """The NNX traps (`comparisons.judge.nnx_traps`) of the twin a comparison ran, for its verdicts to name; empty
-    unless `model` is an `NNXApply`. Left out: a dtype fixed at construction (the runs reset it, `with_dtype`), and
-    the biased running variance when the pair declares it (`flax_batchnorm_biased_var`: measured on its own)."""
-    if not isinstance(model, NNXApply):
-        return ()
-    from comparisons.judge import nnx_traps
-
-    left_out = {"fixed-dtype"} | ({"batchnorm-variance"} if "flax_batchnorm_biased_var" in declared else set())
-    return tuple(trap for trap in nnx_traps(model.model, torch_module, dtype=dtype) if trap.kind not in left_out)
-
-
 class NNXSide:
     """A `JaxSide` for an `nnx.Module`: made into an `NNXApply`, converted and run as a linen Module is."""
 
