@@ -86,16 +86,30 @@ def _flax_net(name: str, **kwargs):
 
 
 def _nnx_net(name: str):
-    """A maker of the NNX twin `nnx_nets.<name>` that makes it once per process: the harness keys its compiled
-    programs by the module object (`jax_nnx.nnx_apply`), so every comparison of the pair reuses them, as a linen
-    twin's (hashed by value) does. The harness never changes the module: it merges copies."""
+    """A maker of the NNX twin `nnx_nets.<name>`, made once per process: the harness keys its compiled programs by
+    the module object (`jax_nnx.nnx_apply`), so every comparison of the pair reuses them, as a linen twin's (hashed
+    by value) does; the harness never changes the module, it merges copies. Made from its abstract shapes with
+    host zeros: every weight is replaced by torch's, and running NNX's initialisers eagerly would compile a
+    program per initialiser and shape (17 more for cnn_bn than its linen twin's `eval_shape`)."""
     @functools.cache
     def make():
+        import jax
         from flax import nnx
 
         from . import nnx_nets
-        return getattr(nnx_nets, name)(rngs=nnx.Rngs(0))
+        graphdef, shapes = nnx.split(nnx.eval_shape(lambda: getattr(nnx_nets, name)(rngs=nnx.Rngs(0))))
+        return nnx.merge(graphdef, jax.tree.map(_host_zeros, shapes))
     return make
+
+
+def _host_zeros(leaf: Any) -> Any:
+    """Zeros of an abstract leaf's shape and dtype, made on the host (no program): an RNG key (nnx.RNN keeps one
+    for its carry's initialiser, which is zeros) wraps zero key data."""
+    import jax
+
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(np.zeros(jax.eval_shape(jax.random.key_data, leaf).shape, np.uint32))
+    return np.zeros(leaf.shape, leaf.dtype)
 
 
 MLP = ModelPair(
