@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -58,12 +59,12 @@ def test_a_pair_registered_over_a_builtin_name_is_the_users_and_keeps_its_api(mo
 @pytest.mark.parametrize("flax", [None, "linen"])
 @given(batch_size=st.integers(2, 5), seed=st.integers(0, 2**16))
 @settings(max_examples=1, deadline=None)
-def test_the_report_says_which_flax_api_ran_and_it_is_the_one_that_ran(monkeypatch, flax, batch_size, seed):
+def test_the_report_says_which_flax_api_ran_and_it_is_the_one_that_ran(flax, batch_size, seed):
     made = []
     original = NNXSide.make
-    monkeypatch.setattr(NNXSide, "make", lambda self, pair: made.append(pair.name) or original(self, pair))
-    report = compare("mlp", flax=flax, batch_size=batch_size, seed=seed, devices=2, strategies=["explicit"],
-                     steps=1, precision="off", torch_devices="cpu")
+    with mock.patch.object(NNXSide, "make", lambda self, pair: made.append(pair.name) or original(self, pair)):
+        report = compare("mlp", flax=flax, batch_size=batch_size, seed=seed, devices=2, strategies=["explicit"],
+                         steps=1, precision="off", torch_devices="cpu")
     ran = flax or "nnx"
     assert report.ok, report.failures
     assert bool(made) == (ran == "nnx")
