@@ -111,11 +111,11 @@ def test_the_same_function_with_other_rounding_differs_and_passes_as_rounding(na
     assert not any(leaf.cause == "port" for c in cross for leaf in c.leaves)
 
 
-# NNX's transformer_block fails here: after 3 Adam steps its float64 gap is 0.6 where rounding leaves 3e-9, so the
-# float64 run of nnx.MultiHeadAttention is not float64 throughout (issue 34's float32 softmax of its attention);
-# strict, so it passes here once the float64 check covers it. linen's twin keeps the key bias covered.
+# NNX's transformer_block fails here: after 3 Adam steps its float64 gap is 0.6 where rounding leaves 3e-9 (cause
+# not found yet; issue 34 suspects nnx.MultiHeadAttention computing in float32 inside the float64 run). Strict, so
+# it passes here once that is fixed; linen's twin keeps the attention key bias covered.
 NNX_ATTENTION_GAP = pytest.mark.xfail(raises=AssertionError, strict=True,
-                                      reason="NNX MultiHeadAttention's float64 run is not float64 throughout")
+                                      reason="NNX transformer_block: a port-sized float64 gap after Adam steps")
 
 
 @pytest.mark.parametrize("name, flax", [("cnn_bn", "nnx"), ("transformer_block", "linen"),
