@@ -89,6 +89,7 @@ class ComparisonReport:
     replica_divergences: list[dict[str, Any]] | None = None  # replicas computing unlike one device on their chunk
     drift: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the torch-vs-JAX gap per step
     bench: dict[str, Any] | None = None  # every side's step time (docs/report_schema.md#bench); None: not asked
+    flax: str | None = None  # the JAX side's Flax API, "nnx" or "linen"; None: no Flax model, or not recorded
 
     @property
     def ok(self) -> bool:

@@ -84,6 +84,7 @@ def _main(argv: Sequence[str] | None) -> int:
         else:
             named = pair if args.torch else _model_name(args, pair)
             fmt, out, html_out = args.format, args.out, None
+        named = _in_flax_api(named, args)
         for path in (out, html_out):
             if path is not None:
                 _check_writable(path, "--out")
@@ -166,6 +167,23 @@ def _load_user_pairs(args: argparse.Namespace):
     return pairs[-1] if pairs else None
 
 
+def _in_flax_api(named, args: argparse.Namespace):
+    """The pair (or the name) in the Flax API --flax asks for, refused now, naming --flax, when it cannot be: a
+    pair of the user's own in another API, or a built-in pair's NNX twin under --processes (its workers load the
+    registered linen twin by name)."""
+    from comparisons.harness._arguments import model_pair
+    from comparisons.models.builtin import flax_apis, in_flax_api
+
+    pair = model_pair(named)
+    chosen = in_flax_api(pair, args.flax, flag="--flax", caller=args.command)
+    if getattr(args, "processes", None) is None:
+        return chosen
+    if args.flax == "nnx" and len(flax_apis(pair)) > 1:
+        raise UsageError(f"run --processes: --flax nnx is not supported yet: the multi-process comparison runs the "
+                         f"built-in pair {pair.name!r} in its linen twin; pass --flax linen or drop --processes")
+    return named
+
+
 def _model_name(args: argparse.Namespace, pair) -> str:
     if args.model is not None:
         return args.model
@@ -191,7 +209,8 @@ def _parser() -> argparse.ArgumentParser:
                                      description="Compare dp_torch and dp_jax on a model pair.")
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="list the model pairs and strategies")
-    demo = commands.add_parser("demo", help="cnn_bn, batch 10 on 4 devices; table + report.html")
+    demo = commands.add_parser("demo", help="cnn_bn (its Flax NNX twin; --flax linen for linen's), batch 10 on 4 "
+                                            "devices; table + report.html")
     demo.add_argument("--out", default="report.html", help="HTML report path (default report.html)")
     run = commands.add_parser("run", help="one comparison with your settings")
     run.add_argument("--model", help="model pair name (see `list`); default: the last --pair")
@@ -240,6 +259,9 @@ def _parser() -> argparse.ArgumentParser:
                              help="import MODULE first (it registers pairs with comparisons.models.register); "
                                   "repeatable")
     for command in (demo, run):
+        command.add_argument("--flax", choices=("nnx", "linen"),
+                             help="the Flax API of a built-in pair's JAX twin: nnx (default) or linen; a pair of "
+                                  "your own (--pair, --import, --torch) runs in its own API")
         command.add_argument("--compile-cache", metavar="DIR|off",
                              help="JAX's persistent compilation cache folder, or 'off' (default: "
                                   f"${COMPILE_CACHE_ENV}, else ~/.cache/dp-compare/jax): a second run compiles nothing")
@@ -254,9 +276,12 @@ def _strategy_list(values: list[str] | None) -> list[str] | None:
 
 def _list() -> int:
     from comparisons import models
+    from comparisons.models.builtin import flax_apis
 
+    print(f"{'pair':<20} {'flax':<12} description")
     for name in models.names():
-        print(f"{name:<20} {models.get(name).description}")
+        pair = models.get(name)
+        print(f"{name:<20} {', '.join(flax_apis(pair)) or '-':<12} {pair.description}")
     print(f"strategies: {', '.join(STRATEGIES)}")
     return 0
 
@@ -266,14 +291,14 @@ def _settings(args: argparse.Namespace):
     from comparisons.harness import Settings
 
     if args.command == "demo":
-        return Settings()
+        return Settings(flax=args.flax)
     devices = args.devices
     if devices < 1:  # before Settings and the torch kind: their errors would not name the flag
         raise UsageError(f"--devices={devices}: pass a positive number of devices, e.g. --devices 4")
     return Settings(batch_size=args.batch, devices=devices, strategies=_strategy_list(args.strategy), steps=args.steps,
                     optimizer=args.optimizer, dtype=args.dtype, seed=args.seed, torch_devices=args.torch_devices,
                     padding=args.padding, precision=args.precision, rtol=args.rtol, atol=args.atol, layers=args.layers,
-                    bench=args.bench, **_bench_steps(args))
+                    bench=args.bench, flax=args.flax, **_bench_steps(args))
 
 
 def _bench_steps(args: argparse.Namespace) -> dict[str, int]:

@@ -21,6 +21,7 @@ from comparisons.harness._layers import layer_view_fields, needs_layer_view
 from comparisons.harness._settings import Settings
 from comparisons.harness._trajectory import with_trajectory
 from comparisons.models import Built, ModelPair
+from comparisons.models.builtin import flax_api, in_flax_api
 from comparisons.models.jax_nnx import NNXApply
 from comparisons.placement import canonical_path
 from comparisons.runs import (
@@ -43,7 +44,7 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
             torch_devices: str = "auto", progress: Callable[[str, int], None] | None = None,
             padding: bool = False, precision: str = "float64-check", rtol: float | None = None,
             atol: float | None = None, layers: bool = False, bench: bool = False,
-            bench_steps: int = 10) -> ComparisonReport:
+            bench_steps: int = 10, flax: str | None = None) -> ComparisonReport:
     """Compare dp_torch and dp_jax on `pair` (a ModelPair or a registered name); returns the report.
 
     Args:
@@ -69,6 +70,8 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
         dp_torch's and stock torch's DataParallel, jax.jit on one device, each strategy eager and compiled, a
         hand-written jit + NamedSharding floor): the report's `bench` (docs/performance.md). A failed check
         gives no figure, and says why. bench_steps: the timed steps per side (interleaved; default 10).
+      flax: which Flax API a built-in pair's JAX twin is written in: "nnx" (None, the default: what new code is
+        written in) or "linen". A pair of your own runs in its own API; naming the other one is refused.
     Every argument is checked before any work runs (`Settings`). JAX gets max(8, devices) CPU devices when it
     has not started yet (else the error says how). Compiles one JAX program per strategy and chunk
     shape; float64 runs JAX under jax.enable_x64 (scoped to this call).
@@ -77,14 +80,14 @@ def compare(pair: Any, *, batch_size: int = 10, devices: int = 4, strategies: Se
     settings = Settings(batch_size=batch_size, devices=devices, strategies=strategies, steps=steps,
                         optimizer=optimizer, dtype=dtype, seed=seed, torch_devices=torch_devices, padding=padding,
                         precision=precision, rtol=rtol, atol=atol, layers=layers, bench=bench, bench_steps=bench_steps,
-                        progress=progress)
+                        flax=flax, progress=progress)
     return compare_settings(pair, settings)
 
 
 def compare_settings(pair: ModelPair | str, settings: Settings) -> ComparisonReport:
     """compare() on `pair` (a ModelPair or a registered name) and its Settings: devices -> runs -> verdicts ->
     notes, and one report built at the end."""
-    pair = check.model_pair(pair)
+    pair = in_flax_api(check.model_pair(pair), settings.flax)
     for asked in ("padding", "bench"):
         if getattr(settings, asked) and pair.jax_side.in_worker:
             raise ComparisonError(f"compare: {asked}=True is not available for pair {pair.name!r}: its JAX side runs "
@@ -101,8 +104,8 @@ def compare_settings(pair: ModelPair | str, settings: Settings) -> ComparisonRep
         notes += _notes(runs, built, settings, devices)
         view = _layer_view(runs, verdicts, settings, devices)
         return ComparisonReport(
-            **settings.header(pair.name, devices.kind), chunk_sizes=runs.runs[0].chunk_sizes, checks=verdicts.checks,
-            drift=verdicts.drift, placements={run.label: run.placement for run in runs.runs},
+            **settings.header(pair.name, devices.kind, flax_api(pair)), chunk_sizes=runs.runs[0].chunk_sizes,
+            checks=verdicts.checks, drift=verdicts.drift, placements={run.label: run.placement for run in runs.runs},
             layers={layer.torch: canonical_path(layer.flax) for layer in pair.mapping},
             notes=notes + view.notes, bench=_bench(runs, built, verdicts, settings, devices, light), **view.fields)
 

@@ -56,6 +56,7 @@ class Settings:
     layers: bool = False
     bench: bool = False
     bench_steps: int = 10
+    flax: str | None = None
     progress: Callable[[str, int], None] | None = dataclasses.field(default=None, compare=False)
     caller: str = dataclasses.field(default="compare", compare=False, repr=False)
 
@@ -73,6 +74,10 @@ class Settings:
         self._settle("rtol", check.tolerance("rtol", self.rtol))
         self._settle("atol", check.tolerance("atol", self.atol))
         check.choice("torch_devices", self.torch_devices, ("auto", *TORCH_DEVICES))
+        if self.flax is not None:
+            from comparisons.models.builtin import FLAX_APIS
+
+            check.choice("flax", self.flax, FLAX_APIS, self.caller)
         check.progress(self.progress)
         self._settle("devices", positive_integer(self.devices, argument="devices", caller=self.caller))
         check.flag("layers", self.layers)
@@ -105,9 +110,10 @@ class Settings:
 
         return RunConfig(self.batch_size, self.steps, self.optimizer, self.dtype, self.seed, batch_axis)
 
-    def header(self, model: str, torch_devices: str) -> dict[str, Any]:
-        """The report's settings fields (ComparisonReport's keywords) for `model` run on `torch_devices`."""
-        return {"model": model, "batch_size": self.batch_size, "devices": self.devices,
+    def header(self, model: str, torch_devices: str, flax: str | None = None) -> dict[str, Any]:
+        """The report's settings fields (ComparisonReport's keywords) for `model` run on `torch_devices`, its JAX
+        side in the Flax API `flax` ("nnx", "linen"; None: no Flax model)."""
+        return {"model": model, "flax": flax, "batch_size": self.batch_size, "devices": self.devices,
                 "strategies": list(self.strategies), "steps": self.steps, "optimizer": self.optimizer,
                 "dtype": self.dtype, "seed": self.seed, "torch_devices": torch_devices,
                 "tolerance": self.tolerance_record(),

@@ -135,7 +135,8 @@ class NNXApply:
         return unflatten_dict(flat)
 
     def module_with(self, variables: Any) -> Any:
-        """A fresh module holding `variables` where given and this module's own state elsewhere."""
+        """A fresh module holding `variables` where given and a copy of this module's own state elsewhere (a copy:
+        inside a traced apply, NNX refuses to change a Variable made outside it, as nnx.RNN's RNG count is)."""
         from flax import nnx
         from flax.traverse_util import flatten_dict
 
@@ -143,7 +144,7 @@ class NNXApply:
         replaced = []
         for path, var in self._flat:
             key = (self.variable_paths.get(path), *nnx_key(path))
-            replaced.append((path, var.copy(given[key]) if key in given else var))
+            replaced.append((path, var.copy(given[key]) if key in given else var.copy()))
         return nnx.merge(self.graphdef, nnx.from_flat_state(replaced))
 
     def apply(self, variables: Any, *inputs: Any, train: bool = False, mutable: Any = False,

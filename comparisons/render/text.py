@@ -76,7 +76,11 @@ def headline(report: ComparisonReport) -> str:
     return (f"{report.model}: batch {report.batch_size} on {report.devices} device(s) "
             f"(chunks {', '.join(map(str, report.chunk_sizes))}), {report.dtype}, "
             f"{report.steps} {report.optimizer} step(s), strategies "
-            f"{', '.join(report.strategies)}, torch on {torch_device_words(report)}")
+            f"{', '.join(report.strategies)}, torch on {torch_device_words(report)}"
+            + (f", JAX in Flax {FLAX_WORDS.get(report.flax, report.flax)}" if report.flax else ""))
+
+
+FLAX_WORDS = {"nnx": "NNX", "linen": "linen"}  # the report's `flax` as the headline says it
 
 
 def torch_device_words(report: ComparisonReport) -> str:

@@ -61,6 +61,8 @@ def test_a_count_below_one_is_refused_naming_the_caller_the_argument_and_the_val
     ({"layers": 1}, "compare: layers=1 is not a bool; pass True or False"),
     ({"padding": "yes"}, "compare: padding='yes' is not a bool"),
     ({"strategies": "explicit"}, "strategies='explicit' is one string"),
+    ({"flax": "haiku"}, "compare: flax='haiku' is not supported; use one of nnx, linen"),
+    ({"flax": "NNX"}, "compare: flax='NNX' is not supported; use one of nnx, linen"),
 ])
 def test_every_field_is_checked_when_the_record_is_made(kwargs, message):
     with pytest.raises(ComparisonError, match=message.replace("(", r"\(").replace(")", r"\)")):

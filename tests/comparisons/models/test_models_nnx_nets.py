@@ -21,18 +21,14 @@ from comparisons.models.nnx_nets import TorchBatchNorm
 PAIRS = {"mlp": (builtin.MLP, nnx_nets.MLP), "cnn_bn": (builtin.CNN_BN, nnx_nets.CNNBN),
          "transformer_block": (builtin.TRANSFORMER_BLOCK, nnx_nets.TransformerBlock),
          "embedding_lstm": (builtin.EMBEDDING_LSTM, nnx_nets.EmbeddingLSTM)}
-GATES = "ifgo"  # torch's gate order, which nnx.OptimizedLSTMCell's fused kernels keep
-FLOAT32 = dict(rtol=1e-6, atol=1e-7)  # measured: bitwise but the LSTM (fused gates: |Δ| 1e-9); an ulp of room
+FLOAT32 = dict(rtol=1e-6, atol=1e-7)  # an ulp of room: the linen LSTM fuses its gates, NNX's LSTMCell does not
 
 
 def by_nnx_path(variables: dict) -> dict[tuple, np.ndarray]:
-    """Linen variables keyed by the NNX path that holds them: collections dropped, LSTM gates fused."""
-    flat = {tuple(path): np.asarray(value) for (_, *path), value in flatten_dict(variables).items()}
-    for cell in {key[:-2] for key in flat if key[-2:-1] == ("ii",)}:
-        flat[(*cell, "dense_i", "kernel")] = np.concatenate([flat.pop((*cell, "i" + g, "kernel")) for g in GATES], -1)
-        for leaf in ("kernel", "bias"):
-            flat[(*cell, "dense_h", leaf)] = np.concatenate([flat.pop((*cell, "h" + g, leaf)) for g in GATES], -1)
-    return flat
+    """Linen variables keyed by the NNX path that holds them: collections dropped, `if` spelled `if_` (NNX's
+    LSTMCell cannot name an attribute `if`)."""
+    return {tuple("if_" if part == "if" else part for part in path): np.asarray(value)
+            for (_, *path), value in flatten_dict(variables).items()}
 
 
 def nnx_arrays(state) -> dict[tuple, np.ndarray]:

@@ -78,7 +78,8 @@ def test_a_derived_pair_is_described_by_its_two_classes_unless_told(flax_model, 
     try:
         assert cli.main(["list"]) == 0
         line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("described_net"))
-        assert line.split(None, 1)[1] == "torch TorchNet -> Flax FlaxNet"  # not blank in `comparisons list`
+        # the pair's Flax API (a FlaxApply is linen), then its description: not blank in `comparisons list`
+        assert line.split(None, 2)[1:] == ["linen", "torch TorchNet -> Flax FlaxNet"]
     finally:
         models.pair._REGISTRY.pop("described_net", None)
 

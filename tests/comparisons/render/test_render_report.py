@@ -14,7 +14,7 @@ from comparisons.verdicts import SCHEMA_VERSION
 TOP_LEVEL = {"schema_version", "model", "batch_size", "devices", "chunk_sizes", "strategies", "steps",
              "optimizer", "dtype", "seed", "torch_devices", "tolerance", "ok", "checks", "placements", "notes",
              "layers", "precision", "drift", "layer_view", "first_divergence",
-             "replica_divergences", "bench"}
+             "replica_divergences", "bench", "flax"}
 DRIFT_FIELDS = {"step", "loss", "gradients", "params", "worst", "strategy", "float64"}
 CHECK_FIELDS = {"subject", "compared", "passed", "max_abs", "rel_norm", "tolerance", "detail", "leaves", "cause"}
 LEAF_FIELDS = {"path", "max_abs", "rel", "passed", "cause", "kind", "atol", "message"}
