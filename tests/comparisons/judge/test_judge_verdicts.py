@@ -111,15 +111,9 @@ def test_the_same_function_with_other_rounding_differs_and_passes_as_rounding(na
     assert not any(leaf.cause == "port" for c in cross for leaf in c.leaves)
 
 
-# NNX's transformer_block fails here: after 3 Adam steps its float64 gap is 0.6 where rounding leaves 3e-9 (cause
-# not found yet; issue 34 suspects nnx.MultiHeadAttention computing in float32 inside the float64 run). Strict, so
-# it passes here once that is fixed; linen's twin keeps the attention key bias covered.
-NNX_ATTENTION_GAP = pytest.mark.xfail(raises=AssertionError, strict=True,
-                                      reason="NNX transformer_block: a port-sized float64 gap after Adam steps")
-
-
-@pytest.mark.parametrize("name, flax", [("cnn_bn", "nnx"), ("transformer_block", "linen"),
-                                        pytest.param("transformer_block", "nnx", marks=NNX_ATTENTION_GAP)])
+# NNX's transformer_block failed here as port (a float64 gap of 0.6) while nnx.MultiHeadAttention's softmax ran in
+# float32 inside the float64 run; the float64 copy now attends in float64 (models/jax_nnx.py).
+@pytest.mark.parametrize("name, flax", [("cnn_bn", "nnx"), ("transformer_block", "linen"), ("transformer_block", "nnx")])
 def test_adam_steps_on_gradients_that_are_zero_in_exact_arithmetic_pass_as_rounding(name, flax):
     # A conv bias before BatchNorm, an attention key bias: their gradients are rounding noise, which Adam
     # normalises into steps of lr. The old rule (and precision="off") failed params_after_steps here.
