@@ -55,7 +55,7 @@ class ModelPair:
         the known difference 'padding_row_gradient'.
       frozen: the Flax parameter paths of the parameters torch freezes (requires_grad=False), read with the
         known difference 'frozen_in_torch': the JAX side's optimizer leaves them unchanged, as torch.optim
-        does, and their Flax gradient is reported one-sided. Filled at compare time from the built module.
+        does, and their Flax gradient is reported one-sided. Filled from the built module (`build_declared`).
       jax_side: what kind of JAX side the pair has (`JaxSide`, models/jax_side.py): how it is made,
         converted and run; a linen Module by default (`pair_from_modules` names a FlaxApply's).
     """
@@ -99,6 +99,30 @@ class ModelPair:
         silently computes in float32.
         """
         return build(self.jax_side, self, seed, dtype)
+
+    def build_declared(self, seed: int = 0, dtype: Any = np.float32) -> tuple[ModelPair, Built]:
+        """`build`, and this pair with what its declared known differences read from the built torch module when
+        the pair does not name it (a ModelPair written by hand): the rows its nn.Embedding(padding_idx) keeps out
+        of the gradient ('padding_row_gradient'), the parameters it freezes ('frozen_in_torch'). Every run builds
+        through here (compare() and each multi-process worker), so the JAX side masks what torch freezes alike.
+        Costs what `build` costs."""
+        built = self.build(seed, dtype)
+        return self.declared(built.torch), built
+
+    def declared(self, torch_module: Any) -> ModelPair:
+        """This pair with `padding_rows` and `frozen` filled from `torch_module` where a declared known difference
+        reads them and the pair names none (`build_declared`); itself otherwise (or with no torch module)."""
+        import dataclasses
+
+        from .derive import frozen_leaves, padding_rows
+
+        known = set(self.known_differences)
+        if torch_module is None or not known & {"padding_row_gradient", "frozen_in_torch"}:
+            return self
+        rows = self.padding_rows or (padding_rows(torch_module, self.mapping) if "padding_row_gradient" in known
+                                     else ())
+        frozen = self.frozen or (frozen_leaves(torch_module, self.mapping) if "frozen_in_torch" in known else ())
+        return dataclasses.replace(self, padding_rows=rows, frozen=frozen)
 
     def build_torch(self, seed: int = 0, dtype: Any = np.float32) -> Any:
         """The torch module alone: made under `torch.manual_seed(seed)` (the global torch RNG is left untouched)
