@@ -21,6 +21,7 @@ from comparisons.hf._checks import (
 )
 from comparisons.hf._inputs import MakeInputs, derived_inputs
 from comparisons.hf._losses import cross_entropy_jax, cross_entropy_torch, head_of, hidden_square_losses, labels_for
+from comparisons.hf._mismatch import check_twins
 from comparisons.hf._rules import register_own_parameter_rules, register_rules
 from comparisons.models.derive import padding_rows, pair_from_modules
 from comparisons.models.pair import ModelPair
@@ -48,6 +49,7 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
     register_rules()  # on first use (idempotent): transformers' layers convert by these rules
     _check_losses(name, loss_torch, loss_jax)
     check_models(name, torch_model, flax_model, make_inputs)
+    check_twins(name, torch_model, flax_model, variables)  # one family, one head, one config
     given_inputs = make_inputs is not None  # derived inputs never hold a pad id; the user's may
     pretrained = hasattr(flax_model, "init_weights") and hasattr(flax_model, "module")
     if pretrained:
