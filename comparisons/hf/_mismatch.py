@@ -1,12 +1,14 @@
-"""What hf.pair compares before anything else: are the two models twins (one family, one head, one config), and do
-the given `variables=` fit the Flax model? A mismatch is named in one line; found later it would read as a Flax
-path missing from the mapping, with a `flax_path` hint that cannot help."""
+"""What hf.pair checks before anything else: are the two models twins (one family, one head, one config), do the
+given `variables=` fit the Flax model, and is dropout off? A mismatch is named in one line; found later it would read
+as a Flax path missing from the mapping, with a `flax_path` hint that cannot help. Active dropout would fail as
+flax's InvalidRngError, or as a `port` difference: torch and JAX draw different masks."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from comparisons.errors import UsageError, UsageTypeError
+from comparisons.errors import ComparisonError, UsageError, UsageTypeError
+from comparisons.models.checks import active_dropout
 
 # config entries that say nothing about the computation compared (bookkeeping, what the call returns)
 _NOT_THE_MODEL = {"transformers_version", "return_dict", "output_hidden_states", "output_attentions",
@@ -36,6 +38,40 @@ def check_twins(name: str, torch_model: Any, flax_model: Any, variables: Any) ->
         _check_configs(where, torch_config, flax_config, torch_name, twin)
     if variables is not None:
         _check_variables(where, variables, flax_model)
+
+
+# config entries that switch on random masks or skips in a training forward
+_DROPOUT_WORDS = ("dropout", "pdrop", "drop_path", "layerdrop")
+
+
+def check_no_dropout(name: str, torch_model: Any) -> None:
+    """Refuse a training comparison with dropout on, naming the config keys (with their values) to set to 0 and the
+    torch dropout modules they switch on: torch and JAX draw different masks, so no number could compare (until
+    the two share masks). Costs reading the config and walking the torch modules."""
+    config = getattr(torch_model, "config", None)
+    keys = _dropout_keys(config.to_dict()) if config is not None else []
+    modules = active_dropout(torch_model)
+    if not keys and not modules:
+        return
+    set_to_zero = ", ".join(f"{key}=0.0" for key, _ in keys)
+    raise ComparisonError(
+        f"hf.pair({name!r}): dropout is on in a training comparison: "
+        + (f"config {', '.join(f'{key}={value}' for key, value in keys)}" if keys else "")
+        + (f"{'; ' if keys else ''}torch modules {', '.join(modules[:3])}"
+           f"{f' and {len(modules) - 3} more' if len(modules) > 3 else ''}" if modules else "")
+        + "; torch and JAX draw different random masks, so no output or gradient could compare: "
+        + (f"build both models from a config with {set_to_zero}" if keys else "set their p to 0"))
+
+
+def _dropout_keys(entries: dict, prefix: str = "") -> list[tuple[str, float]]:
+    """(dotted key, value) of every positive float dropout rate in a config dict, sub-configs included."""
+    found = []
+    for key, value in entries.items():
+        if isinstance(value, dict):
+            found += _dropout_keys(value, f"{prefix}{key}.")
+        elif isinstance(value, float) and value > 0 and any(word in key for word in _DROPOUT_WORDS):
+            found.append((f"{prefix}{key}", value))
+    return found
 
 
 def _head(class_name: str) -> str:

@@ -68,16 +68,22 @@ def check_training(pair: Any, built: Any, dtype: Any) -> None:
 def check_no_dropout(name: str, torch_module: Any) -> None:
     """Refuse torch dropout layers with p > 0: a training comparison runs them in train mode, and torch and JAX draw
     different masks, so no number of the step could compare (until the two share masks)."""
-    import torch
-
-    active = [f"{n or '(root)'} ({type(m).__name__} p={m.p})" for n, m in torch_module.named_modules()
-              if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0]
+    active = active_dropout(torch_module)
     if active:
         raise ComparisonError(
             f"ModelPair {name!r}: make_torch() gives active dropout in a training comparison: {', '.join(active[:4])}"
             f"{f' and {len(active) - 4} more' if len(active) > 4 else ''}; torch and JAX draw different random "
             "masks, so no output or gradient could compare: set p=0 for the comparison (nn.Dropout(0.0)), on the "
             "Flax side too")
+
+
+def active_dropout(torch_module: Any) -> list[str]:
+    """'name (Dropout p=0.1)' for each torch dropout layer with p > 0 (the training runs put every module in train
+    mode, so each is active there)."""
+    import torch
+
+    return [f"{n or '(root)'} ({type(m).__name__} p={m.p})" for n, m in torch_module.named_modules()
+            if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0]
 
 
 def _check_torch_loss(pair: Any, torch_module: Any, inputs: tuple, targets: Any) -> None:

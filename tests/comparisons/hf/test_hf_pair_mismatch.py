@@ -1,6 +1,7 @@
 """hf.pair compares the two models' classes and configs before anything else and names a mismatch in one line
 (family, head, tie_word_embeddings, sizes, variables= that do not fit the Flax model), not "a Flax path is
-missing (close: [])" (issue 36). Tiny configs with random weights, no download."""
+missing (close: [])"; and refuses dropout on, naming the config keys to set to 0 (issue 36). Tiny configs with
+random weights, no download."""
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ transformers = pytest.importorskip("transformers", reason="needs the hf extra: p
 torch = pytest.importorskip("torch")
 
 from comparisons import hf  # noqa: E402
-from comparisons.errors import UsageError  # noqa: E402
+from comparisons.errors import ComparisonError, UsageError  # noqa: E402
 
 
 def bert(**changes):
@@ -104,3 +105,25 @@ def test_variables_that_do_not_fit_the_flax_model_are_named(label, variables):
     assert "variables=" in message and "FlaxBertModel" in message
     if label == "one leaf off":
         assert "embeddings.word_embeddings.embedding" in message and "(3, 16)" in message and "(64, 16)" in message
+
+
+BERT_RATES = ["hidden_dropout_prob", "attention_probs_dropout_prob"]
+GPT2_RATES = ["resid_pdrop", "embd_pdrop", "attn_pdrop"]
+
+
+@settings(max_examples=4, deadline=None)
+@given(family=st.sampled_from(["bert", "gpt2"]), data=st.data())
+def test_dropout_on_is_refused_naming_each_config_key_and_a_torch_module(family, data):
+    rates = BERT_RATES if family == "bert" else GPT2_RATES
+    on = data.draw(st.sets(st.sampled_from(rates), min_size=1))
+    values = {key: data.draw(st.sampled_from([0.05, 0.1, 0.3]), label=key) for key in on}
+    make = bert if family == "bert" else gpt2
+    config = make(**values)
+    torch_name = "BertForMaskedLM" if family == "bert" else "GPT2LMHeadModel"
+    with pytest.raises(ComparisonError) as caught:
+        hf.pair("twins", getattr(transformers, torch_name)(config), flax(f"Flax{torch_name}", config))
+    message = str(caught.value)
+    for key, value in values.items():
+        assert f"{key}={value}" in message and f"{key}=0.0" in message, key
+    assert "torch modules" in message and "p=" in message and "different random masks" in message
+    assert all(key in message for key in on) and not any(key in message for key in set(rates) - on)
