@@ -44,14 +44,16 @@ def check_twins(name: str, torch_model: Any, flax_model: Any, variables: Any) ->
 _DROPOUT_WORDS = ("dropout", "pdrop", "drop_path", "layerdrop")
 
 
-def check_no_dropout(name: str, torch_model: Any) -> None:
+def check_no_dropout(name: str, torch_model: Any, inputs: tuple) -> None:
     """Refuse a training comparison with dropout on, naming the config keys (with their values) to set to 0 and the
     torch dropout modules they switch on: torch and JAX draw different masks, so no number could compare (until
-    the two share masks). Costs reading the config and walking the torch modules."""
+    the two share masks). A positive rate no module uses (GPT-2's summary_first_dropout beside an LM head) is no
+    dropout: without an active nn.Dropout, two training forwards under two seeds must differ to refuse (functional
+    dropout). Costs reading the config, walking the modules and, then only, two torch forwards on `inputs`."""
     config = getattr(torch_model, "config", None)
     keys = _dropout_keys(config.to_dict()) if config is not None else []
     modules = active_dropout(torch_model)
-    if not keys and not modules:
+    if not modules and not (keys and _random_in_training(torch_model, inputs)):
         return
     set_to_zero = ", ".join(f"{key}=0.0" for key, _ in keys)
     raise ComparisonError(
@@ -61,6 +63,28 @@ def check_no_dropout(name: str, torch_model: Any) -> None:
            f"{f' and {len(modules) - 3} more' if len(modules) > 3 else ''}" if modules else "")
         + "; torch and JAX draw different random masks, so no output or gradient could compare: "
         + (f"build both models from a config with {set_to_zero}" if keys else "set their p to 0"))
+
+
+def _random_in_training(torch_model: Any, inputs: tuple) -> bool:
+    """Whether two training forwards of `torch_model` on `inputs` under two seeds differ (its buffers restored)."""
+    import torch
+
+    saved = {n: b.clone() for n, b in torch_model.named_buffers()}
+    was_training, outputs = torch_model.training, []
+    torch_model.train()
+    try:
+        with torch.no_grad():
+            for seed in (0, 1):
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(seed)
+                    output = torch_model(*(torch.from_numpy(x) for x in inputs))
+                outputs.append([v for v in output.values() if isinstance(v, torch.Tensor)])
+    finally:
+        torch_model.train(was_training)
+        with torch.no_grad():
+            for n, b in torch_model.named_buffers():
+                b.copy_(saved[n])
+    return any(not torch.equal(a, b) for a, b in zip(*outputs))
 
 
 def _dropout_keys(entries: dict, prefix: str = "") -> list[tuple[str, float]]:

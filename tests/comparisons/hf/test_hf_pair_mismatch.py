@@ -127,3 +127,12 @@ def test_dropout_on_is_refused_naming_each_config_key_and_a_torch_module(family,
         assert f"{key}={value}" in message and f"{key}=0.0" in message, key
     assert "torch modules" in message and "p=" in message and "different random masks" in message
     assert all(key in message for key in on) and not any(key in message for key in set(rates) - on)
+
+
+def test_a_positive_rate_no_module_uses_is_no_dropout():
+    """GPT-2's summary_first_dropout (0.1 by default) feeds only the double-heads model's summary: an LM head pair
+    with every other rate 0 is no training with dropout."""
+    config = gpt2()
+    assert config.summary_first_dropout > 0
+    built = hf.pair("twins", transformers.GPT2LMHeadModel(config), flax("FlaxGPT2LMHeadModel", config))
+    assert built.mapping
