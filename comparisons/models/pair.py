@@ -131,7 +131,7 @@ class ModelPair:
         reads them and the pair names none (`build_declared`); itself otherwise (or with no torch module)."""
         import dataclasses
 
-        from .derive import frozen_leaves, padding_rows
+        from .declared import frozen_leaves, padding_rows
 
         known = set(self.known_differences)
         if torch_module is None or not known & {"padding_row_gradient", "frozen_in_torch"}:
