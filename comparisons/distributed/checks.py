@@ -48,7 +48,7 @@ def single_process_runs(config: WorkerConfig, processes: int, sides) -> LocalRun
     from comparisons.runs.torch_run import run_torch
 
     pair = models.get(config.pair)
-    module, flax_module, variables = pair.build(seed=config.seed, dtype=np.dtype(config.dtype))
+    pair, (module, flax_module, variables) = pair.build_declared(seed=config.seed, dtype=np.dtype(config.dtype))
     inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
     run_config = RunConfig(batch_size=config.batch_size, steps=config.steps, optimizer=config.optimizer,
                            dtype=config.dtype, seed=config.seed, dim=pair.batch_axis)

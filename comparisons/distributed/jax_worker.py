@@ -66,7 +66,7 @@ def train(config: Any, rank: int) -> dict[str, Any]:
     from comparisons.distributed import pairs
 
     pair = pairs.load(config.pair, config.sources, config.seed)
-    _, flax_module, variables = pair.build(seed=config.seed, dtype=np.dtype(config.dtype))
+    pair, (_, flax_module, variables) = pair.build_declared(seed=config.seed, dtype=np.dtype(config.dtype))
     inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
     n_in = len(inputs)
     grad_step, train_step, tx = step.compiled_steps(pair, flax_module, config.optimizer, n_in)

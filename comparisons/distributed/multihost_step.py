@@ -52,7 +52,8 @@ def compiled_steps(pair: Any, flax_module: Any, optimizer: str, n_inputs: int) -
     grad_step(variables, *x, y) -> ((loss, (output, collections)), grads) for the first step's numbers;
     train_step(params, opt_state, collections, *x, y) -> (params, opt_state, collections, loss).
     Both are `dp_jax.DataParallel(..., strategy="sharded")` steps on `jax.devices()` (all processes):
-    torch's chunks per device, the loss on the gathered output, replica 0's statistics.
+    torch's chunks per device, the loss on the gathered output, replica 0's statistics. `tx` leaves the
+    parameters at `pair.frozen` unchanged (a pair from `ModelPair.build_declared`), as torch.optim does.
     """
     import dp_jax
 
@@ -73,7 +74,7 @@ def compiled_steps(pair: Any, flax_module: Any, optimizer: str, n_inputs: int) -
         loss, _, updated = forward(variables, *batch)
         return loss, updated
 
-    tx = optax_optimizer(optimizer)
+    tx = optax_optimizer(optimizer, pair.frozen)  # what torch freezes gets no update, as in one process
     return (wrapper.value_and_grad(with_output, has_aux=True),
             wrapper.train_step(tx, with_collections, has_aux=True), tx)
 

@@ -9,7 +9,6 @@ K optimizer steps — data-parallel vs single within each backend and torch vs J
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -97,8 +96,7 @@ def compare_settings(pair: ModelPair | str, settings: Settings) -> ComparisonRep
     devices = _devices(settings)
     with run_support.light_compiles(devices.jax) as light:
         notes = _opening_notes(settings, light)
-        built = _build(pair, config)
-        pair = _with_declarations(pair, built)
+        pair, built = _build(pair, config)
         runs = _run_all(_inputs(pair, config), built, settings, devices)
         verdicts = _judge(runs, built, settings)
         notes += _notes(runs, built, settings, devices)
@@ -300,31 +298,17 @@ def _jax_runs(run: RunInputs, built: Built, strategies: list[str], jax_list: lis
     return runs
 
 
-def _build(pair: ModelPair, config: RunConfig) -> Built:
-    """The pair built once for the whole comparison (the runs, the float64 twin, padding, the conversion check)."""
+def _build(pair: ModelPair, config: RunConfig) -> tuple[ModelPair, Built]:
+    """The pair built once for the whole comparison (the runs, the float64 twin, padding, the conversion check),
+    and the pair with what its declarations read from the built module (`ModelPair.build_declared`)."""
     import numpy as np
 
     from comparisons.convert import ConversionError
 
     try:
-        return pair.build(seed=config.seed, dtype=np.dtype(config.dtype))
+        return pair.build_declared(seed=config.seed, dtype=np.dtype(config.dtype))
     except ConversionError as error:
         raise ComparisonError(f"compare: pair {pair.name!r} cannot be converted: {error}") from None
-
-
-def _with_declarations(pair: ModelPair, built: Built) -> ModelPair:
-    """`pair` with what its declared known differences read from the built torch module, when the pair does not
-    name it (a ModelPair written by hand): the padding rows of its nn.Embedding(padding_idx), the parameters it
-    freezes."""
-    from comparisons.models import frozen_leaves, padding_rows
-
-    declared = set(pair.known_differences)
-    if built.torch is None or not declared & {"padding_row_gradient", "frozen_in_torch"}:
-        return pair
-    rows = pair.padding_rows or (padding_rows(built.torch, pair.mapping) if "padding_row_gradient" in declared
-                                 else ())
-    frozen = pair.frozen or (frozen_leaves(built.torch, pair.mapping) if "frozen_in_torch" in declared else ())
-    return dataclasses.replace(pair, padding_rows=rows, frozen=frozen)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from comparisons.hf._checks import (
 )
 from comparisons.hf._inputs import MakeInputs, derived_inputs
 from comparisons.hf._losses import cross_entropy_jax, cross_entropy_torch, head_of, hidden_square_losses, labels_for
+from comparisons.hf._mismatch import check_no_dropout, check_twins
 from comparisons.hf._rules import register_own_parameter_rules, register_rules
 from comparisons.models.derive import padding_rows, pair_from_modules
 from comparisons.models.pair import ModelPair
@@ -40,20 +41,25 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
         .params`): used as they are and checked bitwise against the derived conversion.
       **overrides: passed to `pair_from_modules` (flax_path, torch_only, flax_only, ...); declarations
         are added to the derived ones.
-    Raises VersionNote when the family cannot run with the installed versions, BatchDependentOutput
-    for an output no DataParallel can gather, TrainingModeIgnored for a Flax port whose BatchNorm layers
-    stay in inference mode while training. Costs two torch forwards on batches of 2 and 3 (the probe)
-    and one trace of the Flax init; with batch statistics, one Flax init and training forward more.
+    Raises UsageError naming the mismatch when the two models are not twins (family, head, config keys) or
+    `variables` do not fit the Flax model; ComparisonError naming the config keys and torch modules when dropout
+    is on (torch and JAX draw different masks). Raises VersionNote when the family cannot run with the
+    installed versions, BatchDependentOutput for an output no DataParallel can gather, TrainingModeIgnored for
+    a Flax port whose BatchNorm layers stay in inference mode while training. Costs two torch forwards on
+    batches of 2 and 3 (the probe), two more with dropout rates in the config and no active nn.Dropout, and
+    one trace of the Flax init; with batch statistics, one Flax init and training forward more.
     """
     register_rules()  # on first use (idempotent): transformers' layers convert by these rules
     _check_losses(name, loss_torch, loss_jax)
     check_models(name, torch_model, flax_model, make_inputs)
+    check_twins(name, torch_model, flax_model, variables)  # one family, one head, one config
     given_inputs = make_inputs is not None  # derived inputs never hold a pad id; the user's may
     pretrained = hasattr(flax_model, "init_weights") and hasattr(flax_model, "module")
     if pretrained:
         check_versions(name, flax_model)
     inputs_of = make_inputs or derived_inputs(torch_model, labels=None)
     shapes = probe_outputs(name, torch_model, lambda b: inputs_of(b, 0, _float32())[0])
+    check_no_dropout(name, torch_model, inputs_of(2, 0, _float32())[0])
     field, shape = head_of(shapes)
     if make_inputs is None:
         make_inputs = derived_inputs(torch_model, labels=labels_for(shape) if field == "logits" else None)

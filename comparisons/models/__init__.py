@@ -6,7 +6,8 @@ Nothing here imports torch or JAX until a pair's model is made. The registry sta
 pairs: `builtin` registers them when this package imports it.
 """
 from . import builtin  # noqa: F401  (registers the built-in pairs)
-from .derive import FlaxApply, derive_mapping, frozen_leaves, padding_rows, pair_from_modules, tied_parameters
+from .declared import frozen_leaves, padding_rows
+from .derive import FlaxApply, derive_mapping, pair_from_modules, tied_parameters
 from .jax_side import Built, JaxSide
 from .pair import KNOWN_DIFFERENCES, ModelPair, get, names, register
 

@@ -17,6 +17,7 @@ from typing import Any
 from comparisons.errors import UsageTypeError
 
 from ..convert import ConversionError, Layer, kind_of, use_mapping_deriver
+from .declared import padding_rows
 from .jax_flax_apply import FLAX_APPLY, FlaxApply
 from .jax_linen import LINEN
 from .jax_nnx import NNX, is_nnx_module, nnx_kind, short_description
@@ -207,35 +208,6 @@ def _check_sides(torch_module: Any, flax_model: Any) -> None:
     if not (is_nnx_module(flax_model) or callable(getattr(flax_model, "apply", None))):
         raise UsageTypeError(f"pair_from_modules: flax_model is {short_description(flax_model)}, not a Flax model; "
                              "pass an nnx.Module instance, a linen Module or a FlaxApply")
-
-
-def frozen_leaves(torch_module: Any, mapping: Any) -> tuple[str, ...]:
-    """The Flax parameter path of each torch parameter with requires_grad=False, through `mapping` (what the
-    known difference 'frozen_in_torch' keeps unchanged on the JAX side); a parameter with no Flax leaf is
-    left out."""
-    from comparisons.convert import flax_leaf
-
-    leaves = (flax_leaf(mapping, name) for name, parameter in torch_module.named_parameters()
-              if not parameter.requires_grad)
-    return tuple(leaf.path for leaf in leaves if leaf is not None)
-
-
-def padding_rows(torch_module: Any, mapping: Any) -> tuple[tuple[str, int], ...]:
-    """(Flax path of the table, padding row) of each nn.Embedding with a padding_idx, through `mapping`
-    (None: torch module names, to tell whether there is any): what the known difference
-    'padding_row_gradient' measures on its own (judge/_padding_row.py)."""
-    import torch
-
-    from comparisons.convert import flax_leaf
-
-    rows = []
-    for name, module in torch_module.named_modules():
-        if not isinstance(module, torch.nn.Embedding) or module.padding_idx is None:
-            continue
-        leaf = None if mapping is None else flax_leaf(mapping, f"{name}.weight")
-        if mapping is None or leaf is not None:
-            rows.append((name if mapping is None else leaf.path, module.padding_idx))
-    return tuple(rows)
 
 
 def tied_parameters(torch_module: Any) -> tuple[tuple[str, str], ...]:

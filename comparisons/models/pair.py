@@ -20,6 +20,14 @@ def _same_layout(arrays: tuple) -> tuple:
     return arrays
 
 
+_BOTH_LOSSES = ("pass loss_torch= and loss_jax=, the same loss in each framework, (output, targets) -> scalar "
+                "(one alone would train one side on another loss)")
+_FUNCTIONS = {"make_torch": "pass a function returning the torch model: make_torch=lambda: MyNet()",
+              "make_flax": "pass a function returning the Flax model: make_flax=lambda: MyFlaxNet()",
+              "make_inputs": "pass (batch_size, seed, dtype) -> ((x,), y)",
+              "loss_torch": _BOTH_LOSSES, "loss_jax": _BOTH_LOSSES}
+
+
 @dataclass(frozen=True)
 class ModelPair:
     """A torch module and a Flax module (NNX or linen), plus what is needed to compare them.
@@ -56,7 +64,7 @@ class ModelPair:
         the known difference 'padding_row_gradient'.
       frozen: the Flax parameter paths of the parameters torch freezes (requires_grad=False), read with the
         known difference 'frozen_in_torch': the JAX side's optimizer leaves them unchanged, as torch.optim
-        does, and their Flax gradient is reported one-sided. Filled at compare time from the built module.
+        does, and their Flax gradient is reported one-sided. Filled from the built module (`build_declared`).
       jax_side: what kind of JAX side the pair has (`JaxSide`, models/jax_side.py): how it is made,
         converted and run; a linen Module by default (`pair_from_modules` names a FlaxApply's).
     """
@@ -81,6 +89,10 @@ class ModelPair:
     jax_side: JaxSide = field(default=LINEN, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        for name, fix in _FUNCTIONS.items():
+            if not callable(getattr(self, name)):
+                raise UsageTypeError(f"ModelPair {self.name!r}: {name}={short_description(getattr(self, name))} is "
+                                     f"not callable; {fix}")
         unknown = [d for d in self.known_differences if d not in KNOWN_DIFFERENCES]
         if unknown:
             raise UsageError(f"ModelPair {self.name!r}: known_differences {unknown} are not known; "
@@ -100,6 +112,35 @@ class ModelPair:
         silently computes in float32.
         """
         return build(self.jax_side, self, seed, dtype)
+
+    def build_declared(self, seed: int = 0, dtype: Any = np.float32) -> tuple[ModelPair, Built]:
+        """`build`, checked for what the training runs would trip on (`models.checks.check_training`: inputs,
+        losses, train=, dropout, bfloat16), and this pair with what its declared known differences read from the
+        built torch module when the pair does not name it (a ModelPair written by hand): the rows its
+        nn.Embedding(padding_idx) keeps out of the gradient ('padding_row_gradient'), the parameters it freezes
+        ('frozen_in_torch'). Every run builds
+        through here (compare() and each multi-process worker), so the JAX side masks what torch freezes alike.
+        Costs what `build` costs, one torch forward and one trace of the JAX loss on a batch of 2."""
+        from .checks import check_training
+
+        built = self.build(seed, dtype)
+        check_training(self, built, dtype)
+        return self.declared(built.torch), built
+
+    def declared(self, torch_module: Any) -> ModelPair:
+        """This pair with `padding_rows` and `frozen` filled from `torch_module` where a declared known difference
+        reads them and the pair names none (`build_declared`); itself otherwise (or with no torch module)."""
+        import dataclasses
+
+        from .declared import frozen_leaves, padding_rows
+
+        known = set(self.known_differences)
+        if torch_module is None or not known & {"padding_row_gradient", "frozen_in_torch"}:
+            return self
+        rows = self.padding_rows or (padding_rows(torch_module, self.mapping) if "padding_row_gradient" in known
+                                     else ())
+        frozen = self.frozen or (frozen_leaves(torch_module, self.mapping) if "frozen_in_torch" in known else ())
+        return dataclasses.replace(self, padding_rows=rows, frozen=frozen)
 
     def build_torch(self, seed: int = 0, dtype: Any = np.float32) -> Any:
         """The torch module alone: made under `torch.manual_seed(seed)` (the global torch RNG is left untouched)
@@ -127,7 +168,9 @@ class ModelPair:
         """Shapes of the Flax module's variables, from `jax.eval_shape` of its init (no compile)."""
         import jax
 
-        inputs, _ = self.make_inputs(2, 0, np.float32)
+        from .checks import checked_inputs
+
+        inputs, _ = checked_inputs(self, 2, 0, np.float32)
         flax_inputs = self.to_flax_inputs(inputs)
         return jax.eval_shape(lambda: flax_module.init(jax.random.key(0), *flax_inputs))
 

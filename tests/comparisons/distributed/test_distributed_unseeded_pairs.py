@@ -1,11 +1,15 @@
 """A pair built when its module is imported, unseeded (pair_from_modules on a module made there), gets the same
-weights in every worker of a multi-process run and in the parent: the launcher seeds before the import (issue 36)."""
+weights in every worker of a multi-process run and in the parent: the launcher seeds before the import, and two
+identical runs print identical figures (issue 36)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
+import numpy as np
+import pytest
 from _helpers_harness import ROOT
 
 UNSEEDED = '''
@@ -58,3 +62,28 @@ def test_an_unseeded_pair_made_on_import_passes_under_processes(tmp_path):
                              "--seed", "7"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "checks passed" in result.stdout
+
+
+def figures(report: dict) -> list[tuple]:
+    """Every check's numbers, as the report prints them (timings and paths left out)."""
+    return [(c["subject"], c["compared"], c["passed"], c["max_abs"], c["rel_norm"], c["detail"])
+            for c in report["checks"]]
+
+
+@pytest.mark.slow  # two multi-process runs (4 processes each); one step on a 3-layer net
+def test_two_identical_multi_process_runs_print_identical_figures(tmp_path):
+    """The launcher seeds every worker alike, and nothing else varies between runs: the same command twice
+    prints the same numbers (issue 36 said two identical runs differed)."""
+    (tmp_path / "unseeded_pairs.py").write_text(UNSEEDED)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{ROOT}"
+    seed = str(int(np.random.default_rng().integers(10_000)))
+    command = [sys.executable, "-m", "comparisons", "run", "--pair", "unseeded_pairs:pair", "--processes", "2",
+               "--devices", "1", "--batch", "4", "--steps", "1", "--seed", seed, "--format", "json"]
+    reports = []
+    for _ in range(2):
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        reports.append(json.loads(done.stdout))
+    assert figures(reports[0]) == figures(reports[1])
+    assert any(c["max_abs"] for c in reports[0]["checks"] if c["max_abs"] is not None)  # numbers, not all zeros

@@ -113,7 +113,8 @@ def test_the_same_function_with_other_rounding_differs_and_passes_as_rounding(na
 
 # NNX's transformer_block failed here as port (a float64 gap of 0.6) while nnx.MultiHeadAttention's softmax ran in
 # float32 inside the float64 run; the float64 copy now attends in float64 (models/jax_nnx.py).
-@pytest.mark.parametrize("name, flax", [("cnn_bn", "nnx"), ("transformer_block", "linen"), ("transformer_block", "nnx")])
+@pytest.mark.parametrize("name, flax", [("cnn_bn", "nnx"), ("transformer_block", "linen"),
+                                        ("transformer_block", "nnx")])
 def test_adam_steps_on_gradients_that_are_zero_in_exact_arithmetic_pass_as_rounding(name, flax):
     # A conv bias before BatchNorm, an attention key bias: their gradients are rounding noise, which Adam
     # normalises into steps of lr. The old rule (and precision="off") failed params_after_steps here.
