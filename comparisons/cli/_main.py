@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from comparisons import runs
 from comparisons.distributed.cli import PROCESSES_HELP
 from comparisons.doctor import cli as doctor_cli
 from comparisons.errors import UsageError, blame_user_code
@@ -27,7 +28,6 @@ from comparisons.render import FORMATS
 from comparisons.runs import (
     COMPILE_CACHE_ENV,
     TORCH_DEVICES,
-    install_virtual,
     no_cuda_reason,
     set_jax_cpu_devices,
     torch_kind,
@@ -171,7 +171,7 @@ def _in_flax_api(named, args: argparse.Namespace):
     """The pair (or the name) in the Flax API --flax asks for, refused now, naming --flax, when it cannot be: a
     pair of the user's own in another API, or a built-in pair's NNX twin under --processes (its workers load the
     registered linen twin by name)."""
-    from comparisons.harness._arguments import model_pair
+    from comparisons.harness import model_pair
     from comparisons.models.builtin import flax_apis, in_flax_api
 
     pair = model_pair(named)
@@ -204,15 +204,8 @@ def _check_writable(path: str, flag: str) -> None:
     doctor_cli.check_writable(path, flag, "report.html")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m comparisons",
-                                     description="Compare dp_torch and dp_jax on a model pair.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    listing = commands.add_parser("list", help="list the model pairs and strategies")
-    demo = commands.add_parser("demo", help="cnn_bn (its Flax NNX twin; --flax linen for linen's), batch 10 on 4 "
-                                            "devices; table + report.html")
-    demo.add_argument("--out", default="report.html", help="HTML report path (default report.html)")
-    run = commands.add_parser("run", help="one comparison with your settings")
+def _add_run_arguments(run: argparse.ArgumentParser) -> None:
+    """`run`'s own flags (the traced, doctor, pair and Flax flags are added beside it)."""
     run.add_argument("--model", help="model pair name (see `list`); default: the last --pair")
     run.add_argument("--devices", type=int, default=4, help="number of devices (default 4)")
     run.add_argument("--batch", type=int, default=10, help="global batch size (default 10)")
@@ -248,6 +241,18 @@ def _parser() -> argparse.ArgumentParser:
                                                           "in the HTML; a failed check gives no figure")
     run.add_argument("--bench-steps", type=int, metavar="N",
                      help="timed steps per side with --bench, interleaved (default 10)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m comparisons",
+                                     description="Compare dp_torch and dp_jax on a model pair.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    listing = commands.add_parser("list", help="list the model pairs and strategies")
+    demo = commands.add_parser("demo", help="cnn_bn (its Flax NNX twin; --flax linen for linen's), batch 10 on 4 "
+                                            "devices; table + report.html")
+    demo.add_argument("--out", default="report.html", help="HTML report path (default report.html)")
+    run = commands.add_parser("run", help="one comparison with your settings")
+    _add_run_arguments(run)
     traced_cli.add_arguments(run)
     doctor_cli.add_arguments(commands.add_parser("doctor", help="check your own model for what DataParallel "
                                                  "will not put on each device", description=doctor_cli.DESCRIPTION))
@@ -326,7 +331,7 @@ def _run(pair, args: argparse.Namespace):
     if kind == "cuda":
         _check_cuda()
     if kind == "virtual":  # process-global, which is fine: the CLI is its own process
-        install_virtual(settings.devices, argument="--devices", cpu_fix="--torch-devices cpu")
+        runs.install_virtual(settings.devices, argument="--devices", cpu_fix="--torch-devices cpu")
     with progress_bar() as advance:
         return compare_settings(pair, dataclasses.replace(settings, torch_devices=kind, progress=advance))
 

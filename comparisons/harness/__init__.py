@@ -9,9 +9,10 @@
 Above runs/ and judge/; the CLI, distributed/ and the public `comparisons.compare` build on it.
 """
 from comparisons.errors import ComparisonError
+from comparisons.harness._arguments import model_pair
 from comparisons.harness._compare import compare, compare_settings, jax_precision
 from comparisons.harness._settings import PRECISIONS, STRATEGIES, Settings, tolerance_record
 from comparisons.harness._trajectory import TRAJECTORY_BYTES, with_trajectory
 
 __all__ = ["PRECISIONS", "STRATEGIES", "TRAJECTORY_BYTES", "ComparisonError", "Settings", "compare",
-           "compare_settings", "jax_precision", "tolerance_record", "with_trajectory"]
+           "compare_settings", "jax_precision", "model_pair", "tolerance_record", "with_trajectory"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _helpers_harness import small_report
 
-from comparisons import cli, harness
+from comparisons import cli, harness, runs
 from comparisons.models import builtin
 from comparisons.models.jax_linen import LINEN
 from comparisons.models.jax_nnx import NNX
@@ -23,7 +23,7 @@ def comparison(monkeypatch) -> list:
     """compare_settings replaced: each call's (pair, settings) is recorded, and a passing report returned; the demo's
     torch devices ('auto') are not installed (vdev would be, for the whole test process)."""
     calls = []
-    monkeypatch.setattr("comparisons.cli._main.install_virtual", lambda *args, **kwargs: None)
+    monkeypatch.setattr(runs, "install_virtual", lambda *args, **kwargs: None)
     monkeypatch.setattr(harness, "compare_settings", lambda pair, made: calls.append((pair, made)) or small_report())
     return calls
 
