@@ -116,9 +116,17 @@ def _source(module_name: str) -> str:
 
 def probe_outputs(name: str, torch_model: Any, make_batch: Any) -> dict[str, tuple[int, ...]]:
     """{output field: shape} of the torch model on a batch of 2, refusing a field whose shape past the
-    batch axis changes with the batch (contrastive logits: chunk x chunk per replica). Two forwards."""
+    batch axis changes with the batch (contrastive logits: chunk x chunk per replica) and a scalar one
+    (a reduction over the batch: wav2vec2 pre-training's codevector perplexity). Two forwards."""
     shapes = [_field_shapes(torch_model, make_batch(b)) for b in (2, 3)]
     for field, shape in shapes[0].items():
+        if not shape:
+            raise BatchDependentOutput(
+                f"hf.pair({name!r}): output {field!r} is a scalar (shape ()) computed over the whole batch (a "
+                "reduction, no batch axis): each replica would compute it over its chunk alone, and DataParallel "
+                "gathers one per replica (stock nn.DataParallel warns and returns a vector of them), so no "
+                "DataParallel reproduces it. Compare a head whose outputs all have a batch axis instead (the "
+                "family's base model, e.g. Wav2Vec2Model for Wav2Vec2ForPreTraining)")
         other = shapes[1].get(field)
         if other is not None and (shape[1:] != other[1:] or shape[0] != 2):
             raise BatchDependentOutput(

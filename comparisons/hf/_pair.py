@@ -19,7 +19,7 @@ from comparisons.hf._checks import (
     probe_outputs,
     unreached_parameters,
 )
-from comparisons.hf._inputs import MakeInputs, derived_inputs
+from comparisons.hf._inputs import MakeInputs, decoder_starts_with_pad, derived_inputs
 from comparisons.hf._losses import cross_entropy_jax, cross_entropy_torch, head_of, hidden_square_losses, labels_for
 from comparisons.hf._rules import register_own_parameter_rules, register_rules
 from comparisons.models.derive import padding_rows, pair_from_modules
@@ -48,7 +48,8 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
     register_rules()  # on first use (idempotent): transformers' layers convert by these rules
     _check_losses(name, loss_torch, loss_jax)
     check_models(name, torch_model, flax_model, make_inputs)
-    given_inputs = make_inputs is not None  # derived inputs never hold a pad id; the user's may
+    # the user's inputs may hold a pad id; derived ones only where the decoder starts with it (Marian)
+    given_inputs = make_inputs is not None or decoder_starts_with_pad(torch_model)
     pretrained = hasattr(flax_model, "init_weights") and hasattr(flax_model, "module")
     if pretrained:
         check_versions(name, flax_model)
@@ -105,7 +106,7 @@ def _flax_call(torch_model: Any, flax_model: Any, make_inputs: MakeInputs, pretr
 def _declare(torch_model: Any, overrides: dict, torch_only: list[str], *, padding: bool) -> None:
     """Add the derived one-sided declarations to the user's (never replacing them): the torch cache
     output, and torch parameters with no Flax twin that are frozen or that the output never reaches;
-    `padding`: the user's inputs may hold pad ids (derived ones never do)."""
+    `padding`: the inputs may hold pad ids (the user's, or derived decoder ids that start with it)."""
     known = _known(torch_model) + (("padding_row_gradient",) if padding and padding_rows(torch_model, None) else ())
     declared = {"torch_only": ("past_key_values*", *torch_only), "known_differences": known}
     for key, value in declared.items():

@@ -199,13 +199,19 @@ def frozen_leaves(torch_module: Any, mapping: Any) -> tuple[str, ...]:
     from comparisons.convert import RULES
     from comparisons.placement import canonical_path
 
+    def suffix_in(layer: Any, name: str) -> str:
+        return name[len(layer.torch) + 1:] if layer.torch else name
+
     found = []
     for name, parameter in torch_module.named_parameters():
-        owners = [layer for layer in mapping if name.startswith(f"{layer.torch}.") or not layer.torch]
+        # a layer owns the parameters its rule reads: a root layer (final_logits_bias) owns no frozen
+        # torch-only table deeper down (Marian's sinusoidal positions)
+        owners = [layer for layer in mapping if (name.startswith(f"{layer.torch}.") or not layer.torch)
+                  and suffix_in(layer, name) in RULES[layer.kind].torch_keys]
         if parameter.requires_grad or not owners:
             continue
         layer = max(owners, key=lambda entry: len(entry.torch))
-        suffix = name[len(layer.torch) + 1:] if layer.torch else name
+        suffix = suffix_in(layer, name)
         prefix = canonical_path(layer.flax)
         leaf = RULES[layer.kind].flax_names.get(suffix, suffix)
         found.append(f"{prefix}.{leaf}" if prefix else leaf)
