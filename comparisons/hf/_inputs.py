@@ -248,7 +248,8 @@ def derived_inputs(torch_model: Any, labels: Callable | None) -> MakeInputs:
         made: dict[str, Any] = {}
         for name in order:
             maker = makers[name]
-            made[name] = maker(made["input_ids"]) if getattr(maker, "from_ids", False) else maker(rng, batch_size, dtype)
+            from_ids = getattr(maker, "from_ids", False)
+            made[name] = maker(made["input_ids"]) if from_ids else maker(rng, batch_size, dtype)
         inputs = tuple(made[name] for name in order)
         targets = labels(rng, batch_size) if labels is not None else np.zeros((batch_size,), np.int32)
         return inputs, targets

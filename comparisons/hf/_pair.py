@@ -13,6 +13,7 @@ from comparisons.errors import UsageError
 from comparisons.hf._calling import PretrainedCall, call_signature, flax_apply
 from comparisons.hf._checks import (
     absent_in_flax,
+    check_flax_only,
     check_models,
     check_training_mode,
     check_versions,
@@ -66,6 +67,7 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
     if pretrained:
         flat = _flat_variables(variables, flax_model)
         register_own_parameter_rules(torch_model, flat)
+        check_flax_only(name, torch_model, flat)  # after: a module holding parameters itself now has a rule
         unreached = unreached_parameters(torch_model, inputs_of(2, 0, _float32())[0], field)
         derived_only = absent_in_flax(torch_model, flat, unreached)
     _declare(torch_model, overrides, derived_only, padding=given_inputs)

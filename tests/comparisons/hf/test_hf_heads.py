@@ -126,6 +126,27 @@ def test_a_scalar_output_is_refused_naming_it():
         hf.pair("wav2vec2", torch_model, flax_model)
 
 
+def _wav2vec2(**settings):
+    return transformers.Wav2Vec2Config(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, vocab_size=12,
+                                       intermediate_size=16, conv_dim=(8, 8), conv_kernel=(10, 3), conv_stride=(5, 2),
+                                       num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2,
+                                       do_stable_layer_norm=True, feat_extract_norm="layer", **settings)
+
+
+@pytest.mark.parametrize(("settings", "refusal", "message"), [
+    ({"mask_time_prob": 0.0}, "FlaxOnlyParameter", r"holds wav2vec2/masked_spec_embed .*config\.mask_time_prob=0\.05 "
+                                                   r"and config\.apply_spec_augment=False"),
+    ({"mask_time_prob": 0.05, "apply_spec_augment": True}, "RandomMasking",
+     r"masks random time steps while training .*mask_time_prob=0\.05.*Set config\.apply_spec_augment=False")])
+def test_ctc_gets_the_config_fix_a_user_can_apply(settings, refusal, message):
+    def ctc(config):
+        return transformers.Wav2Vec2ForCTC(config), transformers.FlaxWav2Vec2ForCTC(config, _do_init=False)
+    with pytest.raises(getattr(hf, refusal), match=message):
+        hf.pair("wav2vec2", *ctc(_wav2vec2(**settings)))
+    pair = hf.pair("wav2vec2", *ctc(_wav2vec2(mask_time_prob=0.05, apply_spec_augment=False)))  # the fix given
+    assert any(layer.torch == "wav2vec2" for layer in pair.mapping)  # masked_spec_embed converts, torch to Flax
+
+
 def _marian(seed: int):
     config = transformers.MarianConfig(vocab_size=30, decoder_vocab_size=30, d_model=8, encoder_layers=1,
                                        decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
