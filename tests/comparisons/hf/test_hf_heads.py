@@ -188,3 +188,27 @@ def test_the_fixed_heads_pass_a_training_step(case):
     if case == "marian":  # the pad row: measured as a known difference, not silenced
         known = [c for c in report.checks if c.subject == "known_difference" and "padding row" in c.compared]
         assert len(known) == 1 and known[0].passed and known[0].max_abs > 1e-6, report.render("markdown")
+
+
+def test_a_speech_encoder_decoder_builds_with_a_decoder_input_shape_inside_the_decoders_positions():
+    encoder = _wav2vec2(mask_time_prob=0.05, apply_spec_augment=False)
+    decoder = _bert(40, is_decoder=True, add_cross_attention=True)  # 16 positions, fewer than 1024 samples' frames
+    config = transformers.SpeechEncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
+    config.decoder_start_token_id, config.pad_token_id = 0, 1
+    with pytest.raises(ValueError, match="broadcasting"):  # transformers' default: decoder ids as long as the frames
+        transformers.FlaxSpeechEncoderDecoderModel(config)
+    flax_model = transformers.FlaxSpeechEncoderDecoderModel(config, input_shape=((1, 1024), (1, 1)))  # the fix
+    pair = hf.pair("speech-encoder-decoder", transformers.SpeechEncoderDecoderModel(config), flax_model)
+    inputs = dict(zip(pair.make_inputs.input_names, pair.make_inputs(3, 0, np.float32)[0], strict=True))
+    assert inputs["inputs"].ndim == 2 and inputs["decoder_input_ids"].shape[1] <= 16
+    assert (inputs["decoder_input_ids"][:, 0] == 0).all()
+
+
+def test_the_heads_sweep_lists_every_other_flax_head_of_a_family_with_its_torch_twin():
+    from comparisons.hf import sweep
+
+    bert = dict(sweep.heads("bert", "FlaxBertLMHeadModel"))
+    assert {"BertForMultipleChoice", "BertForQuestionAnswering", "BertModel"} <= set(bert)
+    assert "BertLMHeadModel" not in bert and not any("PreTrained" in name for name in bert)
+    assert all(flax == "Flax" + torch_name and hasattr(transformers, torch_name) for torch_name, flax in bert.items())
+    assert "T5EncoderModel" in dict(sweep.heads("t5", "FlaxT5ForConditionalGeneration"))
