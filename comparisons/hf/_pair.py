@@ -116,8 +116,10 @@ def _declare(torch_model: Any, overrides: dict, torch_only: list[str], *, paddin
 
 
 # torch layers that keep part of the computation in float32 whatever the model's dtype (transformers'
-# rotary embeddings under autocast(enabled=False), fixed sinusoidal tables, ALiBi, attention cast up)
-_FLOAT32_LAYERS = ("Rotary", "Sinusoidal", "GPTNeoSelfAttention", "BloomModel", "GPTJAttention")
+# rotary embeddings under autocast(enabled=False), fixed sinusoidal tables, ALiBi, attention cast up), or
+# whose Flax twin does (Flax BART's and mBART's sequence classifiers build their head without the dtype)
+_FLOAT32_LAYERS = ("Rotary", "Sinusoidal", "GPTNeoSelfAttention", "BloomModel", "GPTJAttention",
+                   "BartClassificationHead")
 
 
 def _known(torch_model: Any) -> tuple[str, ...]:
