@@ -11,17 +11,27 @@ from pathlib import Path
 from sections import generator
 
 RECORD = Path(__file__).resolve().parent / "hf_families.json"
+HEADS = Path(__file__).resolve().parent / "hf_heads.json"  # `--heads --write docs/hf_heads.json`: the other heads
 
 
 @generator("hf-families")
 def hf_families() -> str:
-    record = json.loads(RECORD.read_text())
+    return _table(json.loads(RECORD.read_text()), "families")
+
+
+@generator("hf-heads")
+def hf_heads() -> str:
+    return _table(json.loads(HEADS.read_text()), "heads")
+
+
+def _table(record: dict, what: str) -> str:
+    """A record's summary line and its table, a row per outcome."""
     outcomes = record["outcomes"]
     counts = {}
     for o in outcomes:
         counts[o["status"]] = counts.get(o["status"], 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    lines = [f"{len(outcomes)} families (transformers {record['transformers']}, JAX {record['jax']}, torch "
+    lines = [f"{len(outcomes)} {what} (transformers {record['transformers']}, JAX {record['jax']}, torch "
              f"{record['torch']}; strategies {', '.join(record['strategies'])}; batch {record['batch_size']} on "
              f"{record['devices']} devices): {summary}; {sum(o['seconds'] for o in outcomes):.0f} s in all on a "
              "shared 2-core CPU.", "",

@@ -16,8 +16,9 @@ exists on one side only. Needs the `hf` extra (`pip install -e '.[dev]'` include
   _calling    PretrainedCall (the model's own __call__, by keyword), flax_apply (a bare module)
   _rules      GPT-2's Conv1D, same-name rules for parameters a module holds, weight norm; `pair`
               registers them on first use (call `register_rules()` to convert transformers layers without it)
-  _checks     refusals before any run: arguments, batch-dependent outputs, version notes, BatchNorms
-              a Flax port leaves in inference mode while training
+  _checks     refusals before any run: arguments, batch-dependent and scalar outputs, version notes,
+              BatchNorms a Flax port leaves in inference mode while training, random masks (SpecAugment),
+              Flax parameters the torch config turned off
   _variables  from_pt_variables (transformers' own converter)
   _before_flax_models  the one thing done at import (below)
   sweep       every family with a torch and a Flax class in the installed transformers, tiny, in a table
@@ -27,7 +28,14 @@ that model before `pair` runs (`_before_flax_models.py`, docs/your_models.md).
 """
 from comparisons.hf import _before_flax_models
 from comparisons.hf._calling import PretrainedCall, flax_apply
-from comparisons.hf._checks import BatchDependentOutput, TrainingModeIgnored, VersionNote, version_note
+from comparisons.hf._checks import (
+    BatchDependentOutput,
+    FlaxOnlyParameter,
+    RandomMasking,
+    TrainingModeIgnored,
+    VersionNote,
+    version_note,
+)
 from comparisons.hf._inputs import derived_inputs, image_inputs, token_inputs
 from comparisons.hf._losses import cross_entropy_jax, cross_entropy_torch
 from comparisons.hf._pair import pair
@@ -37,6 +45,7 @@ from comparisons.hf._variables import from_pt_variables
 # the one import-time call (see the docstring): before the recipe's Flax model starts JAX
 _before_flax_models.prepare_for_flax_models()
 
-__all__ = ["BatchDependentOutput", "PretrainedCall", "TrainingModeIgnored", "VersionNote", "cross_entropy_jax",
+__all__ = ["BatchDependentOutput", "FlaxOnlyParameter", "PretrainedCall", "RandomMasking",
+           "TrainingModeIgnored", "VersionNote", "cross_entropy_jax",
            "cross_entropy_torch", "derived_inputs", "flax_apply", "from_pt_variables", "image_inputs", "pair",
            "register_rules", "token_inputs", "version_note"]

@@ -67,6 +67,7 @@ def check_models(name: str, torch_model: Any, flax_model: Any, make_inputs: Any)
         raise UsageTypeError(f"{where}: make_inputs={make_inputs!r} is not callable; pass (batch_size, seed, dtype) "
                              "-> (inputs, targets), e.g. hf.token_inputs(vocab=50, length=7), or leave it out to "
                              "derive the inputs from the model")
+    check_random_masking(name, torch_model)
     config = getattr(torch_model, "config", None)
     for argument, limit_name in (("length", "n_positions"), ("length", "max_position_embeddings"),
                                  ("vocab", "vocab_size")):
@@ -76,6 +77,26 @@ def check_models(name: str, torch_model: Any, flax_model: Any, make_inputs: Any)
             raise ComparisonError(f"{where}: make_inputs=token_inputs({argument}={value}) makes {what}, but "
                                   f"{type(torch_model).__name__}'s config has {limit_name}={limit}; pass "
                                   f"token_inputs({argument} <= {limit}, ...)")
+
+
+class RandomMasking(ComparisonError):
+    """The torch model masks at random while training where its Flax twin never does (SpecAugment)."""
+
+
+def check_random_masking(name: str, torch_model: Any) -> None:
+    """Refuse SpecAugment on in torch: wav2vec2-like torch models mask random time steps and features while
+    training (`apply_spec_augment` with `mask_time_prob` or `mask_feature_prob` > 0); transformers' Flax
+    `__call__` masks only where the caller passes `mask_time_indices`, so the two train on different inputs."""
+    config = getattr(torch_model, "config", None)
+    probabilities = {key: getattr(config, key, 0.0) or 0.0 for key in ("mask_time_prob", "mask_feature_prob")}
+    on = {key: value for key, value in probabilities.items() if value > 0}
+    if getattr(config, "apply_spec_augment", False) and on:
+        shown = ", ".join(f"{key}={value}" for key, value in on.items())
+        raise RandomMasking(
+            f"hf.pair({name!r}): {type(torch_model).__name__} masks random time steps while training (SpecAugment: "
+            f"apply_spec_augment=True, {shown}) and its Flax twin never does: the two would train on different "
+            "inputs, whatever the parallelism. Set config.apply_spec_augment=False before building both models (the "
+            "masks then stay off; torch keeps masked_spec_embed, as Flax does)")
 
 
 def version_note(flax_class: type) -> str | None:
@@ -116,9 +137,17 @@ def _source(module_name: str) -> str:
 
 def probe_outputs(name: str, torch_model: Any, make_batch: Any) -> dict[str, tuple[int, ...]]:
     """{output field: shape} of the torch model on a batch of 2, refusing a field whose shape past the
-    batch axis changes with the batch (contrastive logits: chunk x chunk per replica). Two forwards."""
+    batch axis changes with the batch (contrastive logits: chunk x chunk per replica) and a scalar one
+    (a reduction over the batch: wav2vec2 pre-training's codevector perplexity). Two forwards."""
     shapes = [_field_shapes(torch_model, make_batch(b)) for b in (2, 3)]
     for field, shape in shapes[0].items():
+        if not shape:
+            raise BatchDependentOutput(
+                f"hf.pair({name!r}): output {field!r} is a scalar (shape ()) computed over the whole batch (a "
+                "reduction, no batch axis): each replica would compute it over its chunk alone, and DataParallel "
+                "gathers one per replica (stock nn.DataParallel warns and returns a vector of them), so no "
+                "DataParallel reproduces it. Compare a head whose outputs all have a batch axis instead (the "
+                "family's base model, e.g. Wav2Vec2Model for Wav2Vec2ForPreTraining)")
         other = shapes[1].get(field)
         if other is not None and (shape[1:] != other[1:] or shape[0] != 2):
             raise BatchDependentOutput(
@@ -157,6 +186,35 @@ def unreached_parameters(torch_model: Any, inputs: tuple, field: str) -> set[str
         torch_model.zero_grad(set_to_none=True)
         torch_model.train(was_training)
     return unreached
+
+
+class FlaxOnlyParameter(ComparisonError):
+    """The Flax model holds a parameter its torch twin does not build (the torch config turned it off)."""
+
+
+# how to make torch build a parameter its config turned off, without changing what either side computes
+_TURN_ON = {"masked_spec_embed": "set config.mask_time_prob=0.05 and config.apply_spec_augment=False before "
+                                 "building both models (torch then builds it, and no mask is ever drawn)"}
+
+
+def check_flax_only(name: str, torch_model: Any, flax_flat: Any) -> None:
+    """Refuse Flax parameters held directly by a module whose torch twin (a container, not a converted
+    layer) holds no such parameter: the torch config turned it off (wav2vec2's `masked_spec_embed`, built
+    in torch only when mask_time_prob or mask_feature_prob > 0, in Flax always). Names each one and the
+    config that makes torch build it; no mapping can give it a torch value."""
+    from comparisons.convert import kind_of
+
+    modules = dict(torch_model.named_modules())
+    found = [key for key in flax_flat if key[0] == "params" and len(key) >= 3
+             and (owner := modules.get(".".join(key[1:-1]))) is not None
+             and kind_of(owner) is None and not hasattr(owner, key[-1])]
+    if found:
+        key = found[0]
+        fix = _TURN_ON.get(key[-1], "set the torch config so that torch builds it too (see its modeling code)")
+        raise FlaxOnlyParameter(
+            f"hf.pair({name!r}): the Flax model holds {'/'.join(key[1:])} (of {len(found)} such), which its torch "
+            f"twin {type(modules['.'.join(key[1:-1])]).__name__} does not build with this config, so there is no "
+            f"torch value to start the Flax side from: {fix}")
 
 
 def absent_in_flax(torch_model: Any, flax_flat: Any, removable: set[str]) -> list[str]:

@@ -3,8 +3,13 @@
 A derived maker reads the model: its `main_input_name` says what the batch is (token ids, pixels,
 audio values, log-mel features), its config the sizes (vocabulary, image size, channels, the
 feature extractor's strides, mel bins), and `is_encoder_decoder` whether decoder ids are needed
-(first id the config's decoder start). Token ids avoid the config's special and pad ids, so no
-row is masked or padded by accident. Labels match the head's logits, read once from a probe.
+(first id the config's decoder start). Each sub-model's ids come from its own config (an encoder-decoder's
+encoder and decoder vocabularies differ). Token ids avoid the config's special and pad ids, so no row is
+masked or padded by accident; the decoder's start id is the one exception (Marian starts with the pad id).
+What a head reads follows transformers: a multiple-choice head takes (batch, choices, length); a seq2seq
+classification head reads the hidden state at each row's <eos> (one, last, decoder as long as the encoder);
+a question-answering head that derives token types from the question length gets them explicitly, as its
+torch `forward` computes them. Labels match the head's logits, read once from a probe.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from comparisons.errors import ComparisonError, positive_integer
 MakeInputs = Callable[[int, int, Any], tuple]
 _SPECIAL_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id", "sep_token_id", "cls_token_id",
                 "mask_token_id", "decoder_start_token_id")
-TOKEN_LENGTH, DECODER_LENGTH, AUDIO_FRAMES = 7, 5, 6
+TOKEN_LENGTH, DECODER_LENGTH, AUDIO_FRAMES, CHOICES = 7, 5, 6, 2
 
 
 def token_inputs(vocab: int, length: int) -> MakeInputs:
@@ -55,7 +60,8 @@ def model_inputs(torch_model: Any) -> tuple[dict[str, Callable], list[str]]:
     """{input name: (rng, batch_size, dtype) -> array} for what the model needs, and the names in order.
 
     The order is torch's `forward` order (the harness passes inputs positionally to torch); an
-    attention mask between two needed inputs is filled with ones, as transformers fills it.
+    attention mask between two needed inputs is filled with ones, as transformers fills it. A maker
+    marked `from_ids` takes the main input ids instead (token types computed from them).
     """
     config = torch_model.config
     main = torch_model.main_input_name
@@ -63,8 +69,21 @@ def model_inputs(torch_model: Any) -> tuple[dict[str, Callable], list[str]]:
     if main == "input_ids" and "pixel_values" in _call_names(torch_model):  # CLIP-like: text and images
         makers["pixel_values"] = _main_input("pixel_values", torch_model)
     if getattr(config, "is_encoder_decoder", False):
-        makers["decoder_input_ids"] = _decoder_ids(_decoder_config(config))
+        length = TOKEN_LENGTH if _reads_eos(torch_model) else DECODER_LENGTH  # the eos mask indexes decoder states
+        makers["decoder_input_ids"] = _decoder_ids(config, length)
+    if main == "input_ids" and "question_lengths" in _call_names(torch_model):
+        makers["question_lengths"], makers["token_type_ids"] = _question_lengths(config), _question_token_types(config)
     return makers, _forward_order(torch_model, makers)
+
+
+def _reads_eos(torch_model: Any) -> bool:
+    """A seq2seq classification head (BART's): it reads the decoder state where the encoder ids hold <eos>."""
+    return (getattr(torch_model.config, "is_encoder_decoder", False)
+            and type(torch_model).__name__.endswith("ForSequenceClassification"))
+
+
+def _multiple_choice(torch_model: Any) -> bool:
+    return type(torch_model).__name__.endswith("ForMultipleChoice")
 
 
 def _call_names(torch_model: Any) -> list[str]:
@@ -91,7 +110,10 @@ def _forward_order(torch_model: Any, makers: dict[str, Callable]) -> list[str]:
 def _main_input(name: str, torch_model: Any) -> Callable:
     config = torch_model.config
     if name == "input_ids":
-        return _token_ids(config, length=min(TOKEN_LENGTH, _positions(config)))
+        text = _sub_config(config, "encoder", "text_config")
+        choices = (CHOICES,) if _multiple_choice(torch_model) else ()
+        eos = getattr(text, "eos_token_id", None) if _reads_eos(torch_model) else None
+        return _token_ids(text, length=min(TOKEN_LENGTH, _positions(text)), leading=choices, last=eos)
     if name == "pixel_values":
         vision = _sub_config(config, "vision_config", "encoder")
         size, channels = _image_size(vision), getattr(vision, "num_channels", 3)
@@ -106,30 +128,77 @@ def _main_input(name: str, torch_model: Any) -> Callable:
                           "(input_ids, pixel_values, input_values, input_features); pass make_inputs=")
 
 
-def _token_ids(config: Any, length: int, first: int | None = None) -> Callable:
+def _token_ids(config: Any, length: int, first: int | None = None, *, leading: tuple[int, ...] = (),
+               last: int | None = None) -> Callable:
+    """Ids (B, *leading, length) in `config`'s vocabulary, avoiding its special ids; `first` / `last` set the
+    first / last id of every row."""
     vocab = _vocab(config)
     special = {getattr(config, a, None) for a in _SPECIAL_IDS}
     allowed = np.array([i for i in range(vocab) if i not in special], dtype=np.int32)
 
     def make(rng, batch_size, dtype):
-        ids = rng.choice(allowed, (batch_size, length))
+        ids = rng.choice(allowed, (batch_size, *leading, length))
         if first is not None:
-            ids[:, 0] = first
+            ids[..., 0] = first
+        if last is not None:
+            ids[..., -1] = last
         return ids.astype(np.int32)
     return make
 
 
-def _decoder_ids(config: Any) -> Callable:
-    start = getattr(config, "decoder_start_token_id", None)
-    start = start if start is not None else getattr(config, "bos_token_id", None)
-    return _token_ids(config, min(DECODER_LENGTH, _positions(config)), first=start)
+def _decoder_ids(config: Any, length: int) -> Callable:
+    """Decoder ids in the decoder's vocabulary, starting with the start id the model would use."""
+    decoder = _decoder_config(config)
+    return _token_ids(decoder, min(length, _positions(decoder)), first=decoder_start_id(config))
+
+
+def decoder_start_id(config: Any) -> int | None:
+    """The first decoder id: the config's decoder start (a composite's own, then its decoder's), else the
+    decoder's bos; one past the decoder's vocabulary is skipped (a composite built from a GPT-2 decoder
+    keeps GPT-2's bos 50256 beside a smaller vocabulary)."""
+    decoder = _decoder_config(config)
+    candidates = (getattr(config, "decoder_start_token_id", None), getattr(decoder, "decoder_start_token_id", None),
+                  getattr(decoder, "bos_token_id", None))
+    vocab = _vocab(decoder)
+    return next((c for c in candidates if isinstance(c, int) and 0 <= c < vocab), None)
+
+
+def decoder_starts_with_pad(torch_model: Any) -> bool:
+    """Whether derived decoder ids hold the decoder's pad id (its start id is the pad id, as Marian's)."""
+    config = torch_model.config
+    if not getattr(config, "is_encoder_decoder", False):
+        return False
+    pad = getattr(_decoder_config(config), "pad_token_id", None)
+    return pad is not None and decoder_start_id(config) == pad
+
+
+def _question_lengths(config: Any) -> Callable:
+    """transformers' question length (B, 1): up to and with the first <sep> (1 where a row holds none)."""
+    sep = getattr(config, "sep_token_id", None)
+
+    def make(ids):
+        return (np.argmax(ids == sep, axis=-1) + 1).astype(np.int32)[:, None]
+    make.from_ids = True  # type: ignore[attr-defined]
+    return make
+
+
+def _question_token_types(config: Any) -> Callable:
+    """transformers' token types for a question-answering head: 0 over the question, 1 after it. Its torch
+    `forward` computes them when none are given; its Flax `__call__` too, but the harness's Flax call fills
+    torch's zeros, so they are passed on both sides."""
+    lengths = _question_lengths(config)
+
+    def make(ids):
+        return (np.arange(ids.shape[-1])[None, :] >= lengths(ids)).astype(np.int32)
+    make.from_ids = True  # type: ignore[attr-defined]
+    return make
 
 
 def _ones_like_main(make_main: Callable, main: str) -> Callable:
     def make(rng, batch_size, dtype):
         shape = make_main(np.random.default_rng(0), batch_size, np.float32).shape
-        # whisper's features are (B, mels, frames); a mask runs over the last axis, as over tokens
-        return np.ones((batch_size, shape[-1]), dtype=np.int32)
+        # whisper's features are (B, mels, frames): its mask runs over frames; ids (B, [choices,] length) alike
+        return np.ones((batch_size, shape[-1]) if main == "input_features" else shape, dtype=np.int32)
     return make
 
 
@@ -176,7 +245,12 @@ def derived_inputs(torch_model: Any, labels: Callable | None) -> MakeInputs:
 
     def make(batch_size: int, seed: int, dtype: Any) -> tuple:
         rng = np.random.default_rng(seed)
-        inputs = tuple(makers[name](rng, batch_size, dtype) for name in order)
+        made: dict[str, Any] = {}
+        for name in order:
+            maker = makers[name]
+            from_ids = getattr(maker, "from_ids", False)
+            made[name] = maker(made["input_ids"]) if from_ids else maker(rng, batch_size, dtype)
+        inputs = tuple(made[name] for name in order)
         targets = labels(rng, batch_size) if labels is not None else np.zeros((batch_size,), np.int32)
         return inputs, targets
     make.input_names = tuple(order)  # type: ignore[attr-defined]

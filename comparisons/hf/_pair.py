@@ -13,13 +13,14 @@ from comparisons.errors import UsageError
 from comparisons.hf._calling import PretrainedCall, call_signature, flax_apply
 from comparisons.hf._checks import (
     absent_in_flax,
+    check_flax_only,
     check_models,
     check_training_mode,
     check_versions,
     probe_outputs,
     unreached_parameters,
 )
-from comparisons.hf._inputs import MakeInputs, derived_inputs
+from comparisons.hf._inputs import MakeInputs, decoder_starts_with_pad, derived_inputs
 from comparisons.hf._losses import cross_entropy_jax, cross_entropy_torch, head_of, hidden_square_losses, labels_for
 from comparisons.hf._mismatch import check_no_dropout, check_twins
 from comparisons.hf._rules import register_own_parameter_rules, register_rules
@@ -53,7 +54,8 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
     _check_losses(name, loss_torch, loss_jax)
     check_models(name, torch_model, flax_model, make_inputs)
     check_twins(name, torch_model, flax_model, variables)  # one family, one head, one config
-    given_inputs = make_inputs is not None  # derived inputs never hold a pad id; the user's may
+    # the user's inputs may hold a pad id; derived ones only where the decoder starts with it (Marian)
+    given_inputs = make_inputs is not None or decoder_starts_with_pad(torch_model)
     pretrained = hasattr(flax_model, "init_weights") and hasattr(flax_model, "module")
     if pretrained:
         check_versions(name, flax_model)
@@ -71,6 +73,7 @@ def pair(name: str, torch_model: Any, flax_model: Any, *, make_inputs: MakeInput
     if pretrained:
         flat = _flat_variables(variables, flax_model)
         register_own_parameter_rules(torch_model, flat)
+        check_flax_only(name, torch_model, flat)  # after: a module holding parameters itself now has a rule
         unreached = unreached_parameters(torch_model, inputs_of(2, 0, _float32())[0], field)
         derived_only = absent_in_flax(torch_model, flat, unreached)
     _declare(torch_model, overrides, derived_only, padding=given_inputs)
@@ -111,7 +114,7 @@ def _flax_call(torch_model: Any, flax_model: Any, make_inputs: MakeInputs, pretr
 def _declare(torch_model: Any, overrides: dict, torch_only: list[str], *, padding: bool) -> None:
     """Add the derived one-sided declarations to the user's (never replacing them): the torch cache
     output, and torch parameters with no Flax twin that are frozen or that the output never reaches;
-    `padding`: the user's inputs may hold pad ids (derived ones never do)."""
+    `padding`: the inputs may hold pad ids (the user's, or derived decoder ids that start with it)."""
     known = _known(torch_model) + (("padding_row_gradient",) if padding and padding_rows(torch_model, None) else ())
     declared = {"torch_only": ("past_key_values*", *torch_only), "known_differences": known}
     for key, value in declared.items():
@@ -119,8 +122,10 @@ def _declare(torch_model: Any, overrides: dict, torch_only: list[str], *, paddin
 
 
 # torch layers that keep part of the computation in float32 whatever the model's dtype (transformers'
-# rotary embeddings under autocast(enabled=False), fixed sinusoidal tables, ALiBi, attention cast up)
-_FLOAT32_LAYERS = ("Rotary", "Sinusoidal", "GPTNeoSelfAttention", "BloomModel", "GPTJAttention")
+# rotary embeddings under autocast(enabled=False), fixed sinusoidal tables, ALiBi, attention cast up), or
+# whose Flax twin does (Flax BART's and mBART's sequence classifiers build their head without the dtype)
+_FLOAT32_LAYERS = ("Rotary", "Sinusoidal", "GPTNeoSelfAttention", "BloomModel", "GPTJAttention",
+                   "BartClassificationHead")
 
 
 def _known(torch_model: Any) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """Every transformers family with both a torch and a Flax class, built tiny and run through compare().
 
     python -m comparisons.hf.sweep [--strategies explicit] [--only gpt2,bert] [--write results.json]
+    python -m comparisons.hf.sweep --heads [--only bert] [--strategies explicit] [--write heads.json]
 
 `families()` reads transformers' own auto mappings (never a hand list): a family is in the sweep
 when one task maps it to a torch class and a Flax class. `tiny_config` shrinks the family's
@@ -9,6 +10,8 @@ inside the vocabulary); `run_family` builds `hf.pair(family, T(config), F(config
 and nothing else, and runs it through compare() with every strategy on an uneven batch (5 on 2
 devices). Each family ends in one `Outcome`: pass, known_difference, refusal, version_note, fail
 or error, with the reason and the seconds. A family costs one to a few tens of seconds on a CPU.
+`--heads` runs every other Flax class of each family's modeling module (`heads()`: sequence and token
+classification, multiple choice, question answering, pre-training, CTC, encoder-only models) the same way.
 """
 from __future__ import annotations
 
@@ -69,6 +72,27 @@ def families() -> dict[str, tuple[str, str]]:
             if family in torch_names and family not in found:
                 found[family] = (torch_names[family], flax_name)
     return dict(sorted(found.items()))
+
+
+def heads(family: str, flax_class: str) -> list[tuple[str, str]]:
+    """[(torch class, Flax class)] of the family's other heads: every public Flax model class in the module
+    that defines `flax_class` whose torch twin (the name less 'Flax') transformers exports, in name order."""
+    import importlib
+
+    import transformers
+
+    module = importlib.import_module(getattr(transformers, flax_class).__module__)
+    found = []
+    for name in sorted(vars(module)):
+        value = getattr(module, name)
+        if (not name.startswith("Flax") or name == flax_class or name.endswith(("PreTrainedModel", "Module"))
+                or not isinstance(value, type) or value.__module__ != module.__name__
+                or not hasattr(value, "module_class")):
+            continue
+        torch_name = name[len("Flax"):]
+        if hasattr(transformers, torch_name):
+            found.append((torch_name, name))
+    return found
 
 
 def tiny_config(family: str) -> Any:
@@ -220,16 +244,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated families (default: all)")
     parser.add_argument("--strategies", default="", help="comma-separated dp_jax strategies (default: all)")
     parser.add_argument("--write", default="", help="write the outcomes to this JSON file")
+    parser.add_argument("--heads", action="store_true", help="each family's other Flax heads instead (heads())")
+    parser.add_argument("--classes", default="", help="with --heads: comma-separated torch classes (default: all)")
     args = parser.parse_args(argv)
     only = [f for f in args.only.split(",") if f]
+    classes_wanted = [c for c in args.classes.split(",") if c]
     strategies = [s for s in args.strategies.split(",") if s] or None
     outcomes = []
     for family, classes in families().items():
         if only and family not in only:
             continue
-        outcomes.append(run_family(family, *classes, strategies=strategies))
-        o = outcomes[-1]
-        print(f"{o.family:26s} {o.status:16s} {o.seconds:6.1f}s {o.reason}", flush=True)
+        runs = [c for c in heads(family, classes[1]) if not classes_wanted or c[0] in classes_wanted] \
+            if args.heads else [classes]
+        for torch_class, flax_class in runs:
+            outcomes.append(run_family(family, torch_class, flax_class, strategies=strategies))
+            o = outcomes[-1]
+            print(f"{o.family:26s} {o.torch_class:40s} {o.status:16s} {o.seconds:6.1f}s {o.reason}", flush=True)
     if args.write:
         with open(args.write, "w") as f:
             json.dump(record(outcomes, strategies), f, indent=1)
