@@ -48,7 +48,8 @@ def test_a_gpt2_decoders_bos_past_its_vocabulary_is_not_the_decoder_start():
     vit = transformers.ViTConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
                                  image_size=8, patch_size=4)
     gpt2 = transformers.GPT2Config(vocab_size=30, n_embd=8, n_layer=1, n_head=2, n_positions=16,
-                                   add_cross_attention=True, is_decoder=True)  # bos/eos stay 50256
+                                   add_cross_attention=True, is_decoder=True,  # bos/eos stay 50256
+                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0)
     config = transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(vit, gpt2)
     model = transformers.VisionEncoderDecoderModel(config)
     _pixels, decoder_ids = _make(model, 3, 0)
@@ -133,7 +134,9 @@ def _wav2vec2(**settings):
     return transformers.Wav2Vec2Config(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, vocab_size=12,
                                        intermediate_size=16, conv_dim=(8, 8), conv_kernel=(10, 3), conv_stride=(5, 2),
                                        num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2,
-                                       do_stable_layer_norm=True, feat_extract_norm="layer", **settings)
+                                       do_stable_layer_norm=True, feat_extract_norm="layer", hidden_dropout=0.0,
+                                       attention_dropout=0.0, activation_dropout=0.0, final_dropout=0.0,
+                                       layerdrop=0.0, **settings)
 
 
 @pytest.mark.parametrize(("settings", "refusal", "message"), [
