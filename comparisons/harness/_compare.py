@@ -148,7 +148,7 @@ def _judge(runs: Runs, built: Built, settings: Settings) -> Verdicts:
     bounds = judge.Bounds(settings.rtol_used, settings.atol, "port" if settings.dtype == "float64" else None)
     checks = (judge.judge_runs(pair, runs.runs, bounds, runs.float64, runs.run.inputs)
               + judge.conversion_checks(pair, settings.seed, settings.dtype, built=built))
-    return Verdicts(checks, judge.drift(pair, runs.runs, runs.float64))
+    return Verdicts(checks, judge.drift(pair, runs.runs, runs.float64, bounds))
 
 
 def _opening_notes(settings: Settings, light: bool) -> list[str]:
