@@ -1,0 +1,64 @@
+"""What a second mutation round on judge/ found unpinned (issue 35), each pinned from both sides: the rtol
+weighs torch's value, the failure detail's count of leaves, the passing check's closest leaf."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from comparisons.judge import Bounds, compare_trees
+from comparisons.judge._leaves import judge_leaf
+from comparisons.judge._numerics import summarise
+from comparisons.verdicts import Leaf
+
+drawn = settings(max_examples=30, deadline=None)
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+@drawn
+@given(seed=SEEDS, rtol=st.sampled_from([0.2, 0.5]), factor=st.sampled_from([0.9, 0.99, 1.05, 1.3]))
+def test_the_relative_bound_weighs_torchs_value_not_the_other_sides(seed, rtol, factor):
+    rng = np.random.default_rng(seed)
+    torch = rng.uniform(1.0, 10.0, int(rng.integers(1, 8))) * rng.choice([-1.0, 1.0])
+    moved = int(rng.integers(torch.size))
+    jax = torch.copy()
+    jax[moved] += factor * rtol * abs(torch[moved]) * np.sign(torch[moved])  # away from zero: |jax| > |torch|
+    leaf = judge_leaf("w", jax, torch, rtol=rtol, atol=0.0, sides=("jax", "torch"))
+    assert leaf.passed == (factor <= 1.0), (factor, leaf)
+
+
+@pytest.mark.parametrize("failing", range(9))
+@settings(max_examples=4, deadline=None)
+@given(seed=SEEDS)
+def test_the_detail_lists_four_failing_leaves_and_counts_the_rest_or_names_the_leaf_closest_to_its_bound(seed,
+                                                                                                         failing):
+    rng = np.random.default_rng(seed)
+    count = failing + int(rng.integers(1, 4))
+    torch = {f"layer{i}.kernel": rng.standard_normal(5) for i in range(count)}
+    jax = {path: x.copy() for path, x in torch.items()}
+    bad = [str(p) for p in rng.choice(list(torch), size=failing, replace=False)]
+    for path in bad:
+        jax[path][int(rng.integers(5))] += 1.0
+    near = str(rng.choice([p for p in torch if p not in bad]))  # the passing leaf nearest its bound
+    for path in torch:
+        if path not in bad:
+            jax[path] = torch[path] * (1 + (5e-6 if path == near else 1e-8))
+    check = compare_trees("gradients", "jax vs torch", jax, torch, Bounds(1e-5), sides=("jax", "torch"))
+    assert check.passed == (not failing)
+    if failing:
+        named = [path for path in bad if f"`{path}`" in check.detail]
+        assert len(named) == min(failing, 4) and check.detail.startswith(f"{failing} of {count} leaves fail")
+        assert (f"(+{failing - 4} more failing leaves)" in check.detail) == (failing > 4), check.detail
+    else:
+        assert f"closest to its bound: {near} " in check.detail, check.detail
+
+
+@drawn
+@given(causes=st.lists(st.sampled_from(["port", "rounding", None]), min_size=1, max_size=6))
+def test_a_check_is_a_port_difference_when_any_leaf_is_else_rounding_when_any_leaf_is(causes):
+    leaves = [Leaf(f"l{i}.kernel", 1e-3 if cause else 0.0, 1e-3, cause != "port", cause) for i, cause in
+              enumerate(causes)]
+    check = summarise("gradients", "torch DP vs jax:pmap DP", leaves, None, 1e-5)
+    assert check.cause == ("port" if "port" in causes else "rounding" if "rounding" in causes else None), causes
+    assert check.passed == ("port" not in causes)
