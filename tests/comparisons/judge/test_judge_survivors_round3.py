@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comparisons.judge import Bounds, compare_trees
+from comparisons.judge import Bounds, Sides, compare_trees, judge_cross
 from comparisons.judge._leaves import judge_leaf
 from comparisons.judge._numerics import summarise
 from comparisons.verdicts import Leaf
@@ -62,3 +62,18 @@ def test_a_check_is_a_port_difference_when_any_leaf_is_else_rounding_when_any_le
     check = summarise("gradients", "torch DP vs jax:pmap DP", leaves, None, 1e-5)
     assert check.cause == ("port" if "port" in causes else "rounding" if "rounding" in causes else None), causes
     assert check.passed == ("port" not in causes)
+
+
+@drawn
+@given(seed=SEEDS, factor=st.sampled_from([0.5, 3.0]))
+def test_with_float32_islands_the_float64_runs_are_judged_at_the_float32_rtol(seed, factor):
+    rng = np.random.default_rng(seed)
+    torch64 = {"w": rng.uniform(50.0, 100.0, 6) * rng.choice([-1.0, 1.0], 6)}
+    rtol, rounding = 1e-5, float(rng.uniform(1e-8, 1e-7))
+    gap = factor * rtol * np.abs(torch64["w"])  # the float32 island's own rounding, in the float64 runs
+    jax64 = {"w": torch64["w"] + gap}
+    float32 = Sides({"w": torch64["w"].astype(np.float32)}, {"w": torch64["w"].astype(np.float32)})
+    check = judge_cross("outputs", float32, Sides(torch64, jax64), Bounds(rtol), rounding={"w": rounding},
+                        labels=Sides("torch DP", "jax:pmap DP"), float32_islands=True)
+    (leaf,) = check.leaves
+    assert (leaf.passed, leaf.cause) == ((True, None) if factor < 1 else (False, "port")), leaf
