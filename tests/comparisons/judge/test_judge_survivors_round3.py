@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comparisons.judge import Bounds, Sides, compare_trees, judge_cross
+from comparisons.judge import Bounds, Sides, compare_trees, judge_cross, noise_gradients
 from comparisons.judge._leaves import judge_leaf
 from comparisons.judge._numerics import summarise
+from comparisons.runs import Float64Reference, Snapshot
 from comparisons.verdicts import Leaf
 
 drawn = settings(max_examples=30, deadline=None)
@@ -77,3 +78,15 @@ def test_with_float32_islands_the_float64_runs_are_judged_at_the_float32_rtol(se
                         labels=Sides("torch DP", "jax:pmap DP"), float32_islands=True)
     (leaf,) = check.leaves
     assert (leaf.passed, leaf.cause) == ((True, None) if factor < 1 else (False, "port")), leaf
+
+
+@drawn
+@given(seed=SEEDS, small=st.sampled_from([1e-8, 1e-6, 1e-4]), tiny=st.sampled_from([1e-15, 1e-13]))
+def test_only_a_gradient_at_float64_rounding_level_is_noise_a_small_real_one_stays_strict(seed, small, tiny):
+    rng = np.random.default_rng(seed)
+    scale = float(rng.uniform(1e-2, 10))
+    big = rng.standard_normal(6) * scale
+    grads = {"out.kernel": big, "fc.bias": np.full(3, small * np.abs(big).max()),
+             "mid.bias": rng.uniform(-1, 1, 3) * tiny * np.abs(big).max()}  # float64 rounding: ~1e-16 relative
+    noise = noise_gradients(Float64Reference(Snapshot(None, grads, {}, {}), Snapshot(None, grads, {}, {})))
+    assert noise == {"mid.bias"}, (small, tiny)
