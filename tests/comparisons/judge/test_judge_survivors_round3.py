@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comparisons.judge import Bounds, Sides, compare_trees, judge_cross, noise_gradients
+from comparisons.judge import Bounds, Sides, classify_drift, compare_trees, judge_cross, noise_gradients
 from comparisons.judge._leaves import judge_leaf
 from comparisons.judge._numerics import summarise
 from comparisons.runs import Float64Reference, Snapshot
@@ -90,3 +90,17 @@ def test_only_a_gradient_at_float64_rounding_level_is_noise_a_small_real_one_sta
              "mid.bias": rng.uniform(-1, 1, 3) * tiny * np.abs(big).max()}  # float64 rounding: ~1e-16 relative
     noise = noise_gradients(Float64Reference(Snapshot(None, grads, {}, {}), Snapshot(None, grads, {}, {})))
     assert noise == {"mid.bias"}, (small, tiny)
+
+
+@drawn
+@given(seed=SEEDS, steps=st.integers(2, 20), factor=st.sampled_from([3.0, 9.0, 12.0, 30.0]), data=st.data())
+def test_past_the_tolerance_a_step_jumps_only_beyond_ten_times_every_earlier_gap(seed, steps, factor, data):
+    rng = np.random.default_rng(seed)
+    rtol = 1e-5
+    gaps = [rtol * float(rng.uniform(0.3, 0.5)) for _ in range(steps)]  # rounding under the line
+    step = data.draw(st.integers(2, steps))
+    gaps[step - 1] = factor * max(gaps[:step - 1])  # past the tolerance (3 x 0.3 rtol at least)
+    gaps[step:] = [gaps[step - 1]] * (steps - step)
+    found = [{"step": k, "loss": g, "gradients": g, "params": g, "worst": g, "strategy": "jax:pmap", "float64": None}
+             for k, g in enumerate(gaps, start=1)]
+    assert classify_drift(found, rtol) == (("jumps", step) if factor > 10 else ("rounding", None)), gaps
