@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from comparisons.judge import Bounds, Sides, classify_drift, compare_trees, judge_cross, noise_gradients
+from comparisons.judge._drift import growth_per_step
 from comparisons.judge._leaves import judge_leaf
 from comparisons.judge._numerics import summarise
 from comparisons.runs import Float64Reference, Snapshot
@@ -104,3 +105,23 @@ def test_past_the_tolerance_a_step_jumps_only_beyond_ten_times_every_earlier_gap
     found = [{"step": k, "loss": g, "gradients": g, "params": g, "worst": g, "strategy": "jax:pmap", "float64": None}
              for k, g in enumerate(gaps, start=1)]
     assert classify_drift(found, rtol) == (("jumps", step) if factor > 10 else ("rounding", None)), gaps
+
+
+@drawn
+@given(seed=SEEDS, dip=st.sampled_from([1e-3, 1e-2]), factor=st.sampled_from([3.0, 8.0]))
+def test_a_step_is_weighed_against_the_largest_gap_before_it_not_the_last(seed, dip, factor):
+    rng = np.random.default_rng(seed)
+    rtol, high = 1e-5, 1e-5 * float(rng.uniform(0.4, 0.6))
+    gaps = [high, high * dip, factor * high]  # back past the tolerance after a dip: under 10x the largest before
+    found = [{"step": k, "loss": g, "gradients": g, "params": g, "worst": g, "strategy": "jax:pmap", "float64": None}
+             for k, g in enumerate(gaps, start=1)]
+    assert classify_drift(found, rtol) == ("rounding", None), gaps
+
+
+@drawn
+@given(seed=SEEDS, steps=st.integers(2, 40))
+def test_the_growth_per_step_compounds_from_the_first_gap_to_the_last(seed, steps):
+    rng = np.random.default_rng(seed)
+    gaps = list(10.0 ** rng.uniform(-8, -5, steps))
+    factor = growth_per_step(gaps, 1e-12)
+    assert np.isclose(factor ** (steps - 1), gaps[-1] / gaps[0], rtol=1e-9), (factor, gaps)
