@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from comparisons.judge import Bounds, drift, relative_gap
 from comparisons.placement import PlacementMap
-from comparisons.runs import BackendRun, Snapshot, Trajectory
+from comparisons.runs import BackendRun, Float64Reference, Snapshot, Trajectory
 
 PAIR = make("gelu_by_hand")
 
@@ -46,3 +46,18 @@ def test_each_step_names_the_strategy_with_the_largest_gap_and_reports_its_figur
         assert np.isclose(entry["params"], relative_gap(runs[worst + 1].dp.trajectory.params[k], params[k]))
         # over the checks' derived bound (rtol 1e-5 at each entry's |b| and at the leaf's scale): about size / 2e-5
         assert 0.2 * sizes[worst, k] / 1e-5 < entry["of_bound"]["params"] <= sizes[worst, k] / 1e-5 * 1.0001
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), noise=st.booleans())
+def test_the_float64_line_leaves_out_a_leaf_whose_gradient_is_rounding_noise_as_the_checks_do(seed, noise):
+    rng = np.random.default_rng(seed)
+    kernel = rng.standard_normal((3, 2))
+    bias_grad = (1e-14 if noise else 1e-2) * rng.uniform(0.5, 1.0, 2)  # noise: zero in exact arithmetic
+    grads = {"fc1": {"kernel": kernel, "bias": bias_grad}}
+    params = {"fc1": {"kernel": kernel, "bias": rng.standard_normal(2)}}
+    moved = {"fc1": {"kernel": kernel, "bias": params["fc1"]["bias"] + 1e-6}}  # Adam scales the noise up
+    float32 = [trained(label, [1.0], [grads], [params]) for label in ("torch", "jax:pmap")]
+    torch64, jax64 = (trained(label, [1.0], [grads], [tree]).dp for label, tree in (("t", params), ("j", moved)))
+    (entry,) = drift(PAIR, float32, Float64Reference(torch64, jax64), Bounds(1e-5))
+    assert (entry["of_bound"]["float64"] <= 1.0) == noise, entry["of_bound"]
