@@ -61,3 +61,15 @@ def test_the_float64_line_leaves_out_a_leaf_whose_gradient_is_rounding_noise_as_
     torch64, jax64 = (trained(label, [1.0], [grads], [tree]).dp for label, tree in (("t", params), ("j", moved)))
     (entry,) = drift(PAIR, float32, Float64Reference(torch64, jax64), Bounds(1e-5))
     assert (entry["of_bound"]["float64"] <= 1.0) == noise, entry["of_bound"]
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_each_frameworks_rounding_is_measured_against_its_own_float64_run_so_a_port_gap_stays_a_gap(seed):
+    rng = np.random.default_rng(seed)
+    torch_tree = {"fc1": {"kernel": rng.standard_normal((3, 2))}}
+    jax_tree = {"fc1": {"kernel": torch_tree["fc1"]["kernel"] + 1e-3}}  # a port gap, in float32 and float64 alike
+    float32 = [trained(label, [1.0], [tree], [tree]) for label, tree in (("torch", torch_tree), ("jax:pmap", jax_tree))]
+    torch64, jax64 = (trained(label, [1.0], [tree], [tree]).dp for label, tree in (("t", torch_tree), ("j", jax_tree)))
+    (entry,) = drift(PAIR, float32, Float64Reference(torch64, jax64), Bounds(1e-5))
+    assert entry["of_bound"]["params"] > 1 and entry["of_bound"]["gradients"] > 1, entry["of_bound"]
