@@ -26,3 +26,18 @@ def test_a_divergence_between_layers_carries_the_cause_and_figure_of_the_input_t
     found = first_divergence(rows, later, [Layer("linear", name, name) for name in names], [])
     assert (found["where"], found["torch"], found["previous"]) == ("between", names[at], names[at - 1]), found
     assert found["cause"] == cause and f"differs by {size:.1e}" in found["message"], found
+
+
+@settings(max_examples=20, deadline=None)
+@given(depth=st.integers(2, 4), seed=st.integers(0, 2**32 - 1))
+def test_a_failing_gradient_is_named_in_its_deepest_layer(depth, seed):
+    from comparisons.verdicts import Check, Leaf
+
+    rng = np.random.default_rng(seed)
+    parts = [f"m{i}" for i in range(depth)]
+    mapping = [Layer("linear", ".".join(parts[:k]), "/".join(parts[:k])) for k in rng.permutation(range(1, depth + 1))]
+    rows = [Row(layer.torch, layer.flax, "linear", 0, AGREE, AGREE) for layer in mapping]
+    leaf = Leaf(".".join(parts) + ".kernel", 1e-3, 1e-3, False, "port", message="differs")
+    grads = Check("gradients", "torch DP vs jax:pmap DP", False, 1e-3, 1e-3, 1e-5, "", (leaf,), "port")
+    found = first_divergence(rows, AGREE, mapping, [grads])
+    assert (found["where"], found["torch"]) == ("gradient", ".".join(parts) + ".weight"), found
