@@ -151,7 +151,7 @@ def _judge(runs: Runs, built: Built, settings: Settings) -> Verdicts:
     checks = (judge.judge_runs(pair, runs.runs, bounds, runs.float64, runs.run.inputs)
               + judge.conversion_checks(pair, settings.seed, settings.dtype, built=built))
     checks = judge.with_traps(checks, _nnx_traps(built, settings.dtype, pair.known_differences))
-    return Verdicts(checks, judge.drift(pair, runs.runs, runs.float64))
+    return Verdicts(checks, judge.drift(pair, runs.runs, runs.float64, bounds))
 
 
 def _nnx_traps(built: Built, dtype: str, declared: tuple[str, ...]) -> tuple:

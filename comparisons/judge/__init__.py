@@ -11,6 +11,7 @@
     _padding_row.py padding_row_checks: torch's padding_idx row, taken out of the cross checks and measured
     _nnx_traps.py  nnx_traps: an NNX twin's settings unlike torch's; with_traps: failing leaves name them
     _drift.py      drift: the torch-vs-JAX gap per training step; classify_drift: rounding or jumps
+    _drift_bound.py bound_ratio: each step's gap over the checks' own bound (the drift chart's measure)
 
 Above runs/ and placement/; harness/ and render/ build on it.
 """

@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from comparisons.judge._bounds import Bounds
 from comparisons.judge._declared import cross
+from comparisons.judge._drift_bound import step_ratios
 from comparisons.judge._numerics import flatten
 from comparisons.runs import BackendRun, Float64Reference, Trajectory
 
@@ -48,13 +50,15 @@ def loss_gap(actual: float, expected: float) -> float:
     return abs(actual - expected) / abs(expected) if expected else abs(actual)
 
 
-def drift(pair: Any, runs: Sequence[BackendRun], reference: Float64Reference | None = None) -> list[dict]:
-    """One entry per step: {step, loss, gradients, params, worst, strategy, float64}; [] when not recorded, or
-    when the two sides count parameters apart (they train apart by design from step 2 on).
+def drift(pair: Any, runs: Sequence[BackendRun], reference: Float64Reference | None = None,
+          bounds: Bounds | None = None) -> list[dict]:
+    """One entry per step: {step, loss, gradients, params, worst, strategy, float64, of_bound}; [] when not
+    recorded, or when the two sides count parameters apart (they train apart by design from step 2 on).
 
     `runs` are torch's then one per JAX strategy; `strategy` names the JAX run with the largest gap at that
-    step; `float64` is the same gap between the float64 runs (None without them). Costs one pass over every
-    recorded step's trees, per strategy.
+    step; `float64` is the same gap between the float64 runs (None without them); `of_bound` (with `bounds`,
+    the checks'): that run's gaps over the bounds the checks judge at (judge/_drift_bound.py), 1 at the bound.
+    Costs one pass over every recorded step's trees, per strategy, and one more with `bounds`.
     """
     torch_steps = runs[0].dp.trajectory
     jax_runs = [run for run in runs[1:] if run.dp.trajectory is not None]
@@ -70,6 +74,9 @@ def drift(pair: Any, runs: Sequence[BackendRun], reference: Float64Reference | N
         gaps = by_run[label]
         entries.append({"step": k + 1, **gaps, "worst": largest(gaps.values()), "strategy": label,
                         "float64": in64[k] if in64 else None})
+        if bounds is not None:
+            jax_steps = next(run.dp.trajectory for run in jax_runs if run.label == label)
+            entries[-1]["of_bound"] = step_ratios(pair, jax_steps, torch_steps, k, bounds, reference)
     return entries
 
 

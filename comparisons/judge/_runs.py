@@ -26,7 +26,7 @@ def judge_runs(pair: Any, runs: list[BackendRun], bounds: Bounds, reference: Flo
     torch-vs-JAX leaf that differs is blamed on without a float64 `reference`, "port" when the run is float64);
     `inputs`, the runs' inputs, tell a declared padding row's difference explained or not."""
     torch_run, checks = runs[0], []
-    tol = _Judged(bounds, reference)
+    tol = _Judged(bounds, reference, noise_gradients(reference) if reference is not None else frozenset())
     for subject in SUBJECTS:
         if subject == "batch_stats" and not pair.has_batch_stats:
             continue
@@ -52,10 +52,12 @@ def judge_runs(pair: Any, runs: list[BackendRun], bounds: Bounds, reference: Flo
 
 
 class _Judged(NamedTuple):
-    """The bounds of one comparison and its float64 reference (None without one), as its checks read them."""
+    """The bounds of one comparison, its float64 reference (None without one) and the gradient leaves that are
+    rounding noise in both float64 runs (`noise_gradients`, measured once), as its checks read them."""
 
     bounds: Bounds
     reference: Float64Reference | None
+    noise: frozenset[str] = frozenset()
 
 
 def _where_next(checks: list[Check]) -> list[Check]:
@@ -82,7 +84,7 @@ def _cross(pair: Any, subject: str, torch_run: BackendRun, run: BackendRun, tol:
         return compare_trees(subject, compared, float32.flax, float32.torch, tol.bounds,
                              sides=(labels.flax, labels.torch))
     float64 = declared.cross(pair, subject, getattr(tol.reference.jax, subject), getattr(tol.reference.torch, subject))
-    noise = noise_gradients(tol.reference) if subject in ("gradients", "params_after_steps") else frozenset()
+    noise = tol.noise if subject in ("gradients", "params_after_steps") else frozenset()
     return judge_cross(subject, float32, float64, tol.bounds,
                        rounding=larger(rounding["torch"], rounding[run.label]), labels=labels,
                        float32_islands="float32_islands" in pair.known_differences, noise=noise)

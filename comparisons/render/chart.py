@@ -25,20 +25,43 @@ LINES = (  # (entry key, label, style): the float32 quantities, then the float64
 STYLES = {label: style for _, label, style in LINES}
 
 
+def of_bound(entries: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the chart plots each gap over the checks' bound (every entry has `of_bound`, the line at 1) rather
+    than the relative gap against the rtol (a report written before the entries had it)."""
+    return bool(entries) and all(entry.get("of_bound") for entry in entries)
+
+
 def chart_series(entries: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
-    """{line label: its value per step}, as the chart plots them: a line whose entries lack a value (no
-    float64 run) is left out, and an exact zero (the sides equal bit for bit) is NaN, since a log scale has
-    no zero."""
-    series = {}
+    """{line label: its value per step}, as the chart plots them: each gap over the checks' bound
+    (`of_bound`), else the relative gap. A line whose entries lack a value (no float64 run) is left out, and
+    an exact zero (the sides equal bit for bit) is NaN, since a log scale has no zero."""
+    ratios, series = of_bound(entries), {}
     for key, label, _ in LINES:
-        values = [entry.get(key) for entry in entries]
+        values = [(entry["of_bound"] if ratios else entry).get(key) for entry in entries]
         if all(value is not None for value in values):
             series[label] = [value if value > 0 else math.nan for value in values]
     return series
 
 
+def tolerance_line(entries: Sequence[Mapping[str, Any]], rtol: float) -> float:
+    """Where the dotted tolerance line lies: 1 (the checks' bound) for gaps over their bound, else `rtol`."""
+    return 1.0 if of_bound(entries) else rtol
+
+
+def chart_caption(entries: Sequence[Mapping[str, Any]]) -> str:
+    """The words under the chart: what its lines measure and where the tolerance lies."""
+    if of_bound(entries):
+        return ("The largest torch-vs-JAX gap per training step over the bound the checks judge it at (loss, "
+                "gradients and parameters, each leaf at its own bound; the float64 runs' gap at float64's bound), "
+                "over the strategy with the largest gap; the dotted line, 1, is that bound: a step above it is "
+                "beyond what the checks pass.")
+    return ("The largest relative torch-vs-JAX gap per training step (loss; gradients and parameters, each leaf at "
+            "its own scale), over every strategy; the dotted line is the tolerance.")
+
+
 def drift_svg(entries: Sequence[Mapping[str, Any]], rtol: float, *, title: str = "") -> str:
-    """The chart of `entries` (a report's `drift`) as an SVG document (a string), the tolerance `rtol` dotted.
+    """The chart of `entries` (a report's `drift`) as an SVG document (a string), the tolerance dotted: at 1
+    when the entries hold each gap over the checks' bound (`of_bound`), else at `rtol` under the relative gaps.
 
     Costs matplotlib's import the first time (see the module docstring) and a few milliseconds a chart.
     """
@@ -53,11 +76,13 @@ def drift_svg(entries: Sequence[Mapping[str, Any]], rtol: float, *, title: str =
     axes = figure.add_subplot()
     for label, values in chart_series(entries).items():
         axes.plot(steps, values, label=label, marker=".", markersize=4, **STYLES[label])
-    axes.axhline(rtol, color="#b00020", linestyle=":", linewidth=1.2, label=f"tolerance {rtol:.0e}")
+    ratios = of_bound(entries)
+    axes.axhline(tolerance_line(entries, rtol), color="#b00020", linestyle=":", linewidth=1.2,
+                 label="tolerance (the checks' bound)" if ratios else f"tolerance {rtol:.0e}")
     axes.set_yscale("log")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("training step")
-    axes.set_ylabel("relative gap, torch vs JAX")
+    axes.set_ylabel("gap / the checks' bound, torch vs JAX" if ratios else "relative gap, torch vs JAX")
     axes.set_title(title, fontsize=10)
     axes.grid(True, which="major", linewidth=0.3)
     axes.legend(fontsize=7, loc="best")

@@ -57,12 +57,11 @@ def drift_section(report: ComparisonReport) -> str:
     """The drift line and its chart (matplotlib's SVG, inline); '' for a report without a drift."""
     if not report.drift:
         return ""
-    from comparisons.render.chart import drift_svg
+    from comparisons.render.chart import chart_caption, drift_svg
 
     rtol = report.tolerance["rtol"]
     kind, _ = classify_drift(report.drift, rtol, report.dtype)
     line = drift_line(report.drift, rtol, report.dtype)
     return (f"<div class=drift><p class='drift-line {'ok' if kind == 'rounding' else 'bad'}'>{escape(line)}</p>"
-            f"<figure class=chart>{drift_svg(report.drift, rtol)}<figcaption>The largest relative torch-vs-JAX "
-            "gap per training step (loss; gradients and parameters, each leaf at its own scale), over every "
-            "strategy; the dotted line is the tolerance.</figcaption></figure></div>")
+            f"<figure class=chart>{drift_svg(report.drift, rtol)}<figcaption>{chart_caption(report.drift)}"
+            "</figcaption></figure></div>")
