@@ -17,12 +17,14 @@ Above runs/ and placement/; harness/ and render/ build on it.
 """
 from comparisons.judge._bounds import Bounds, Sides
 from comparisons.judge._declared import checks as declared_checks
-from comparisons.judge._declared import conversion_checks, cross
+from comparisons.judge._declared import conversion_checks, cross, island_checks
 from comparisons.judge._declared import notes as declared_notes
 from comparisons.judge._drift import classify as classify_drift
-from comparisons.judge._drift import drift, drift_line, relative_gap
+from comparisons.judge._drift import drift, drift_line, growth_per_step, relative_gap
+from comparisons.judge._drift_bound import bound_ratio
+from comparisons.judge._leaves import judge_leaf
 from comparisons.judge._nnx_traps import NNXTrap, nnx_traps, with_traps
-from comparisons.judge._numerics import TOLERANCES, compare_trees, flatten
+from comparisons.judge._numerics import TOLERANCES, compare_trees, flatten, judge_leaves, summarise
 from comparisons.judge._padding import padding_notes
 from comparisons.judge._padding_row import padding_row_checks
 from comparisons.judge._placement import check_aliasing, compare_placement, layer_of
@@ -30,8 +32,9 @@ from comparisons.judge._precision import NOISE as NOISE_GRADIENT
 from comparisons.judge._precision import judge_cross, larger, measured_rounding, noise_gradients
 from comparisons.judge._runs import SUBJECTS, judge_runs, parametrisation_note
 
-__all__ = ["NOISE_GRADIENT", "SUBJECTS", "TOLERANCES", "Bounds", "NNXTrap", "Sides", "check_aliasing",
+__all__ = ["NOISE_GRADIENT", "SUBJECTS", "TOLERANCES", "Bounds", "NNXTrap", "Sides", "bound_ratio", "check_aliasing",
            "classify_drift", "compare_placement", "compare_trees", "conversion_checks", "cross", "declared_checks",
-           "declared_notes", "drift", "drift_line", "flatten", "judge_cross", "judge_runs", "larger", "layer_of",
-           "measured_rounding", "noise_gradients", "nnx_traps", "padding_notes", "padding_row_checks",
-           "parametrisation_note", "relative_gap", "with_traps"]
+           "declared_notes", "drift", "drift_line", "flatten", "growth_per_step", "island_checks", "judge_cross",
+           "judge_leaf", "judge_leaves", "judge_runs", "larger", "layer_of", "measured_rounding", "noise_gradients",
+           "nnx_traps", "padding_notes", "padding_row_checks", "parametrisation_note", "relative_gap", "summarise",
+           "with_traps"]

@@ -8,9 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comparisons.judge import Bounds
-from comparisons.judge._drift_bound import bound_ratio
-from comparisons.judge._numerics import judge_leaves
+from comparisons.judge import Bounds, bound_ratio, judge_leaves
 
 
 @settings(max_examples=60, deadline=None)

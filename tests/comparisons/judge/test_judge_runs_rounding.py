@@ -112,7 +112,7 @@ def test_where_to_look_next_is_said_only_on_failing_outputs_whose_gradients_all_
 
 @pytest.mark.parametrize("outputs_pass", [True, False])
 def test_the_float32_islands_check_passes_exactly_when_the_outputs_check_does(outputs_pass):
-    from comparisons.judge._declared import island_checks
+    from comparisons.judge import island_checks
     from comparisons.verdicts import Check
 
     pair = dataclasses.replace(PAIR, known_differences=("float32_islands",))

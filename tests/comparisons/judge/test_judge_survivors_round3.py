@@ -7,10 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comparisons.judge import Bounds, Sides, classify_drift, compare_trees, judge_cross, noise_gradients
-from comparisons.judge._drift import growth_per_step
-from comparisons.judge._leaves import judge_leaf
-from comparisons.judge._numerics import summarise
+from comparisons.judge import (
+    Bounds,
+    Sides,
+    classify_drift,
+    compare_trees,
+    growth_per_step,
+    judge_cross,
+    judge_leaf,
+    noise_gradients,
+    summarise,
+)
 from comparisons.runs import Float64Reference, Snapshot
 from comparisons.verdicts import Leaf
 
