@@ -106,8 +106,13 @@ def _local_pair(spec: dict, module: Any) -> Any:
     if names != expected:  # the JAX gradients would not line up with torch's by name
         raise UsageError(f"{spec['name']}: torchax names the parameters {sorted(names ^ expected)} unlike torch's "
                          "named_parameters(); the two sides cannot be lined up by name")
-    return ModelPair(spec["name"], lambda: module, lambda: traced, (), None, loss_torch,
+    return ModelPair(spec["name"], lambda: module, lambda: traced, (), _inputs_come_from_the_parent, loss_torch,
                      _torchax.traced_loss(loss_torch), has_batch_stats=bool(spec["buffer_names"]))
+
+
+def _inputs_come_from_the_parent(*_: Any) -> Any:
+    """The worker's pair makes no inputs: the parent's run (its spec) carries the very arrays torch ran on."""
+    raise AssertionError("the traced worker ran make_inputs; its inputs come from the parent's run")
 
 
 def _check_first_forward(spec: dict, module: Any, traced: Any, variables: dict, run: Any) -> None:
