@@ -48,7 +48,8 @@ def check_training(pair: Any, built: Any, dtype: Any) -> None:
     """Refuse what the training runs would trip on, on a batch of 2: mistaken inputs (`checked_inputs`), active
     dropout in torch, a torch loss that is not a tensor, bfloat16 variables, and on the JAX side (when it runs in
     this process) a model without `train=`, one that draws random numbers in training, a loss that is a Python
-    number. Costs one torch forward (eval mode, no grad) and one trace of the JAX loss (`jax.eval_shape`)."""
+    number. Costs one torch forward (a copy of the module, eval mode, no grad) and one trace of the JAX loss
+    (`jax.eval_shape`)."""
     inputs, targets = checked_inputs(pair, 2, 0, dtype)
     check_no_dropout(pair.name, built.torch)
     _check_torch_loss(pair, built.torch, inputs, targets)
@@ -87,16 +88,16 @@ def active_dropout(torch_module: Any) -> list[str]:
 
 
 def _check_torch_loss(pair: Any, torch_module: Any, inputs: tuple, targets: Any) -> None:
+    """The loss of one eval-mode forward of a copy: a forward may update a buffer even in eval mode (a counter),
+    and the compared runs must start from the very module built (the copy costs one more set of weights)."""
+    import copy
+
     import torch
 
-    was_training = torch_module.training
-    torch_module.eval()  # no BatchNorm statistics move
-    try:
-        with torch.no_grad():
-            output = torch_module(*(torch.from_numpy(np.ascontiguousarray(x)) for x in inputs))
-            loss = pair.loss_torch(output, torch.from_numpy(np.ascontiguousarray(targets)))
-    finally:
-        torch_module.train(was_training)
+    probe = copy.deepcopy(torch_module).eval()
+    with torch.no_grad():
+        output = probe(*(torch.from_numpy(np.ascontiguousarray(x)) for x in inputs))
+        loss = pair.loss_torch(output, torch.from_numpy(np.ascontiguousarray(targets)))
     if not isinstance(loss, torch.Tensor):
         raise ComparisonError(f"ModelPair {pair.name!r}: loss_torch(output, targets) returned {short_description(loss)}"
                               ", not a torch tensor: backward needs the tensor; return it without float() or .item()")

@@ -57,6 +57,7 @@ class FlaxApplySide:
 
     in_worker = False
     captures_layers = True
+    computes_in_run_dtype = False
 
     def make(self, pair: Any) -> Any:
         return make_flax_model(pair)

@@ -13,6 +13,7 @@ class LinenSide:
 
     in_worker = False
     captures_layers = True
+    computes_in_run_dtype = False
 
     def make(self, pair: Any) -> Any:
         made = pair.make_flax()

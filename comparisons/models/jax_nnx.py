@@ -310,6 +310,7 @@ class NNXSide:
 
     in_worker = False
     captures_layers = True
+    computes_in_run_dtype = True  # nnx layers fix dtype at construction: a float64 run resets it on a copy
 
     def make(self, pair: Any) -> NNXApply:
         model = pair.make_flax()

@@ -31,10 +31,13 @@ class JaxSide(Protocol):
       in_worker: the side runs in another process: the harness hands it the whole JAX half (`run_in_worker`)
         instead of running `Built.flax` through comparisons.runs, and measures no padding there.
       captures_layers: the layer view can record its layers in this process (a Flax interceptor sees them).
+      computes_in_run_dtype: every run, the compared one too, uses `computing_in(model, dtype)`, not only the
+        float64 reference (NNX: layers fix their dtype at construction, so a float64 run would keep float32).
     """
 
     in_worker: bool
     captures_layers: bool
+    computes_in_run_dtype: bool
 
     def make(self, pair: Any) -> Any:
         """The JAX model of `pair`, checked (None when it is made in a worker process)."""
@@ -60,6 +63,8 @@ def build(side: JaxSide, pair: Any, seed: int, dtype: Any) -> Built:
     model and the torch weights converted to it."""
     torch_module = pair.build_torch(seed, dtype)
     model = side.make(pair)
+    if side.computes_in_run_dtype:
+        model = side.computing_in(model, str(np.dtype(dtype)))
     return Built(torch_module, model, side.convert(pair, torch_module, model, dtype))
 
 

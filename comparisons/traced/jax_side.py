@@ -92,6 +92,7 @@ class TracedSide:
 
     in_worker = True
     captures_layers = False
+    computes_in_run_dtype = False
 
     def make(self, pair: Any) -> None:
         return None  # the worker traces the torch module itself

@@ -68,7 +68,9 @@ def test_t5_family_gets_a_one_line_version_note_naming_both_versions(flax_class)
 
 
 def test_declarations_passed_to_pair_add_to_the_derived_ones():
-    config = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=40, n_positions=16)
+    config = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=40, n_positions=16,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                     summary_first_dropout=0.0)  # hf.pair refuses active dropout
     torch_model, flax_model = transformers.GPT2LMHeadModel(config), transformers.FlaxGPT2LMHeadModel(config,
                                                                                                      _do_init=False)
     pair = hf.pair("gpt2", torch_model, flax_model, torch_only=("*.extra_thing",))

@@ -138,3 +138,36 @@ def test_each_mistake_is_named_by_compare_and_exits_2_from_the_cli(kind, user_mo
     assert "internal error" not in err and "Traceback" not in err
     for text in said:
         assert text in err, (text, err)
+
+
+def test_the_pair_checks_forward_leaves_the_built_module_as_built():
+    # The checks' probe forward once ran on the built module itself: a buffer that forward updates even in eval
+    # mode (a counter) started the compared runs off by one (the traced CountingBuffer pair failed as port).
+    import flax.linen as fnn
+    import torch
+
+    from comparisons.models import pair_from_modules
+
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 2)
+            self.register_buffer("seen", torch.zeros(()))
+
+        def forward(self, x):
+            self.seen += x.shape[0]
+            return self.fc(x)
+
+    class Twin(fnn.Module):
+        @fnn.compact
+        def __call__(self, x, train: bool = False):
+            return fnn.Dense(2, name="fc")(x)
+
+    rng = np.random.default_rng()
+    rows = int(rng.integers(3, 9))
+    pair = pair_from_modules("counting", Counting(), Twin(), make_inputs=lambda b, s, d: (
+        (np.random.default_rng(s).standard_normal((b, 3)).astype(d),), np.zeros((b, 2), d)),
+        loss_torch=lambda o, y: ((o - y) ** 2).mean(), loss_jax=lambda o, y: ((o - y) ** 2).mean(),
+        torch_only=("seen",))
+    _, built = pair.build_declared(seed=rows)
+    assert float(built.torch.seen) == 0.0
