@@ -30,7 +30,7 @@ def test_every_kind_provides_every_member_of_the_protocol(side):
 class Recording:
     """A kind of JAX side of its own: the linen one, with every call the pair makes written down."""
 
-    in_worker, captures_layers = False, True
+    in_worker, captures_layers, computes_in_run_dtype = False, True, False
 
     def __init__(self):
         self.calls = []

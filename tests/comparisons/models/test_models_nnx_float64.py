@@ -29,13 +29,12 @@ def test_the_float64_run_of_an_nnx_twin_computes_in_float64_at_every_value():
     with jax.enable_x64(True):
         torch_module, model, variables = pair.build(seed=seed, dtype=np.float64)
         (tokens,), _ = lm_inputs(3, seed, np.float64)
-        as_built = _float_dtypes(model, variables, tokens)
-        assert "f32" in as_built  # nnx.Embed's dtype float32: the twin as written computes part in float32
-        wide = pair.jax_side.computing_in(model, "float64")
-        dtypes = _float_dtypes(wide, variables, tokens)
+        written = pair.jax_side.make(pair)  # the twin as the user wrote it
+        assert "f32" in _float_dtypes(written, variables, tokens)  # nnx.Embed's dtype float32: part in float32
+        dtypes = _float_dtypes(model, variables, tokens)  # built for a float64 run: every run computes in it
         assert dtypes == {"f64"}, dtypes
-        assert model.model.embed.dtype == jnp.float32  # the user's module is untouched
-        logits = np.asarray(wide.apply(variables, tokens))
+        assert written.model.embed.dtype == jnp.float32  # the user's module is untouched
+        logits = np.asarray(model.apply(variables, tokens))
     with torch.no_grad():
         expected = torch_module(torch.from_numpy(tokens).long()).numpy()
     np.testing.assert_allclose(logits, expected, rtol=1e-12, atol=1e-12)
