@@ -40,7 +40,7 @@ def pytest_addoption(parser):
     parser.addoption(
         "--slow-share", default=None, metavar="K/N",
         help="of the tests marked slow, run only share K of N (0 <= K < N), each test's share fixed by a hash of its "
-             "id; 'commit/N' is (HEAD's hash) mod N, the same share for the same commit (CI runs commit/8); "
+             "id; 'commit/N' is (HEAD's hash) mod N, the same share for the same commit (CI runs commit/16); "
              "'today/N' is (days since 1970) mod N. Every slow test in a file that HEAD or uncommitted work "
              "changes runs whatever the share. Tests not marked slow are not affected.")
 

@@ -1,6 +1,6 @@
 """Test session setup: JAX sees 8 emulated CPU devices, set before JAX first initialises; one persistent
 compilation cache serves the session's CLI, docs and distributed subprocesses; `--slow-share K/N` runs a
-share of the slow tier (CI runs `commit/8`: the same eighth for the same commit)."""
+share of the slow tier (CI runs `commit/16`: the same sixteenth for the same commit)."""
 import atexit
 import os
 import shutil
