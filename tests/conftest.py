@@ -57,9 +57,21 @@ def _virtual_devices_stay_out_of_this_process():
     """
     from dp_torch import virtual
 
+    why = ("this test installed dp_torch.virtual in the main pytest process (compare()'s torch_devices='auto' "
+           "or the doctor's devices=N do): pass torch_devices='cpu', run it in a fresh interpreter, or move it "
+           "to tests/virtual")
+
+    def refuse(*args, **kwargs):
+        # pytest.fail raises a BaseException, so no `except Exception` on the way swallows it, and the
+        # install never happens: the tests after this one keep running in a world without vdev.
+        pytest.fail(why, pytrace=False)
+
     before = virtual.is_installed()
+    if not before:
+        monkeypatch = pytest.MonkeyPatch()
+        monkeypatch.setattr(virtual, "install", refuse)
     yield
-    if not before and virtual.is_installed():
-        pytest.fail("this test installed dp_torch.virtual in the main pytest process (compare()'s "
-                    "torch_devices='auto' or the doctor's devices=N do): pass torch_devices='cpu', run it in a "
-                    "fresh interpreter, or move it to tests/virtual", pytrace=False)
+    if not before:
+        monkeypatch.undo()
+        if virtual.is_installed():
+            pytest.fail(why, pytrace=False)

@@ -80,7 +80,8 @@ def test_compare_bench_json_and_html_chart_come_after_the_verdict():
 
 def test_a_planted_bug_prints_no_figure_and_says_why():
     twin = _twins.make("conv_padding", seed=int(np.random.default_rng().integers(1000)))
-    report = compare(twin, batch_size=4, devices=2, steps=1, precision="off", strategies=["shard_map"], bench=True)
+    report = compare(twin, batch_size=4, devices=2, steps=1, precision="off", strategies=["shard_map"], bench=True,
+                     torch_devices="cpu")
     assert not report.ok
     table = report.render("table")
     assert "bench: no figure:" in table and "computed different things" in table
