@@ -87,9 +87,21 @@ def replica_keys(rngs: dict | None, replicas: int) -> dict | None:
 def reduce_collections(stacked: Any, replicas: int, sync: bool) -> Any:
     """Replica 0's collections from a (n, ...) stacked pytree, or (sync) the mean of its floating leaves
     over the first `replicas` entries, the replicas that ran. Moves nothing: the eager runners
-    place `stacked` first, the traced runner calls it inside its trace."""
+    place `stacked` first, the traced runner calls it inside its trace.
+
+    Replica 0's pick is one jitted copy of the whole tree (one program per tree of shapes, inlined in
+    a trace), not one eager slice per leaf shape: a copy, so bitwise the leaves themselves."""
+    if not sync:
+        return _replica_zero(stacked) if jax.tree.leaves(stacked) else stacked
+
     def pick(leaf):
-        if sync and jnp.issubdtype(leaf.dtype, jnp.inexact):
+        if jnp.issubdtype(leaf.dtype, jnp.inexact):
             return jnp.mean(leaf[:replicas], axis=0).astype(leaf.dtype)
         return leaf[0]
     return jax.tree.map(pick, stacked)
+
+
+@jax.jit
+def _replica_zero(stacked: Any) -> Any:
+    """Entry 0 of every (n, ...) leaf of `stacked`."""
+    return jax.tree.map(lambda leaf: leaf[0], stacked)
