@@ -101,3 +101,23 @@ def committed_device(named_trees: dict[str, Any]) -> jax.Device | None:
 def is_array_leaf(leaf: Any) -> bool:
     """True for the leaves the pipeline places and splits: JAX arrays (tracers too) and numpy arrays."""
     return isinstance(leaf, (jax.Array, np.ndarray))
+
+
+def device_put_apart(tree: Any, target: Any, **device_put_kwargs: Any) -> Any:
+    """`jax.device_put(tree, target, **device_put_kwargs)`, its traced leaves sent apart from the others.
+
+    Why: device_put's JVP is linear over all the arrays of one call, so under an eager `jax.grad` a call
+    that mixes differentiated leaves (parameters) with constants (BatchNorm statistics) makes a zero
+    tangent for every constant, one eager broadcast program per shape and device, for copies nobody
+    differentiates. Sent apart: the same arrays on the same devices, and no zeros. Costs one transfer
+    call more, only when the tree mixes the two.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    traced = [isinstance(leaf, jax.core.Tracer) for leaf in leaves]
+    if all(traced) or not any(traced):
+        return jax.device_put(tree, target, **device_put_kwargs)
+    moved = {}
+    for kind in (True, False):
+        picked = [k for k, is_traced in enumerate(traced) if is_traced == kind]
+        moved.update(zip(picked, jax.device_put([leaves[k] for k in picked], target, **device_put_kwargs)))
+    return treedef.unflatten([moved[k] for k in range(len(leaves))])

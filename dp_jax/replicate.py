@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from dp_jax import nnx
-from dp_jax._devices import DeviceLike, is_array_leaf, is_concrete_array, resolve_devices
+from dp_jax._devices import DeviceLike, device_put_apart, is_array_leaf, is_concrete_array, resolve_devices
 from dp_jax._errors import UsageTypeError
 
 
@@ -58,13 +58,14 @@ def _replicate_module(model: Any, devices: list) -> list:
 
 
 def _place_tree(tree: Any, device: jax.Device, *, fresh_copy: bool) -> Any:
-    """`tree` with every array committed to `device` (one batched transfer for all leaves)."""
+    """`tree` with every array committed to `device` (one batched transfer for the traced leaves, one for
+    the others: see device_put_apart)."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     to_move = [
         k for k, leaf in enumerate(leaves)
         if is_array_leaf(leaf) and (fresh_copy or not _committed_to(leaf, device))
     ]
-    moved = jax.device_put([leaves[k] for k in to_move], device, may_alias=False if fresh_copy else None)
+    moved = device_put_apart([leaves[k] for k in to_move], device, may_alias=False if fresh_copy else None)
     for k, array in zip(to_move, moved):
         leaves[k] = array
     return treedef.unflatten(leaves)

@@ -18,7 +18,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dp_jax._caches import module_cache
-from dp_jax._devices import require_distinct
+from dp_jax._devices import device_put_apart, require_distinct
 from dp_jax.strategies.cache import ReplicaCache
 from dp_jax.strategies.call import ReplicaFn, StrategyCall, StrategyResult, reduce_collections, replica_keys
 from dp_jax.strategies.explicit import run as run_explicit
@@ -34,7 +34,7 @@ from dp_jax.strategies.unpad import gather_stacked
 def place_variables(record: Strategy, variables: Any, plan: ShardPlan, cache: ReplicaCache, axis_name: str) -> Any:
     """`variables` replicated (`P()`) over `plan`'s devices; sent once while `cache` holds them."""
     sharding = NamedSharding(mesh_of(plan.devices, axis_name), P())
-    return cache.get(variables, ("P()", plan.devices, axis_name), lambda v: jax.device_put(v, sharding))
+    return cache.get(variables, ("P()", plan.devices, axis_name), lambda v: device_put_apart(v, sharding))
 
 
 def run(record: Strategy, call: StrategyCall) -> StrategyResult:
