@@ -14,8 +14,8 @@ import contextlib
 import inspect
 import re
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from comparisons.doctor.findings import FIXES, DoctorReport, Finding, replica_list
 from comparisons.doctor.jax_reach import Reached, reachable
@@ -53,29 +53,47 @@ def doctor_jax(apply_fn: Any, variables: Any, *inputs: Any, devices: int | Seque
             return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list),
                                 (_error_finding(error, "tracing the apply function"),))
     findings = _closed_over(closed.consts, reached, functions, device_list) + _nnx_defaults(apply_fn, reached)
+    counts = [0]
+    counted = _counted(apply_fn, counts)
+    runs = Runs(lambda: _run_data_parallel(apply_fn, variables, inputs, kwargs, device_list),
+                lambda: _run_data_parallel(counted, variables, inputs, kwargs, device_list), counts)
+    more, notes = effects_and_run(reached, before, functions, printed, runs)
+    return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list), tuple(findings + more), notes)
+
+
+class Runs(NamedTuple):
+    """One dp_jax.DataParallel call of the user's model: as given, and counting how often its Python runs."""
+
+    plain: Callable[[], Finding | None]
+    counting: Callable[[], Finding | None]  # the same call, adding 1 to counts[0] per trace
+    counts: list[int]
+
+
+def effects_and_run(reached: list[Reached], before: dict, functions: list, printed: list[str],
+                    runs: Runs) -> tuple[list[Finding], tuple[str, ...]]:
+    """Side effects seen while tracing (reached values changed, prints), counted in two DataParallel calls; else
+    one plain DataParallel call. Returns the findings (a failed call is a run-error) and the report's notes."""
     changed = [item for item in reached if _state(item) != before[item.name]]
-    notes: list[str] = []
-    if changed or printed:
-        traces, error = _count_traces(apply_fn, variables, inputs, kwargs, device_list)
-        findings += [_side_effect(item, functions, traces) for item in changed]
-        findings += [_print_effect(line, traces) for line in dict.fromkeys(printed)]
-        notes.append("to count traces the doctor called dp_jax.DataParallel twice, so the side effects ran again")
-    else:
-        error = _run_data_parallel(apply_fn, variables, inputs, kwargs, device_list)
-    if error is not None:
-        findings.append(error)
-    return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list), tuple(findings), tuple(notes))
+    if not (changed or printed):
+        error = runs.plain()
+        return ([error] if error is not None else []), ()
+    traces, error = _count_traces(runs)
+    findings = [_side_effect(item, functions, traces) for item in changed]
+    findings += [_print_effect(line, traces) for line in dict.fromkeys(printed)]
+    findings += [error] if error is not None else []
+    return findings, ("to count traces the doctor called dp_jax.DataParallel twice, so the side effects ran again",)
 
 
 def _refuse_nnx(apply_fn: Any) -> None:
-    """An NNX module (or class, GraphDef, State) is no `apply_fn(variables, *inputs)`: refused in one line."""
+    """An NNX class, GraphDef or State is neither a function nor a bound module: refused in one line."""
     from comparisons.errors import UsageTypeError
     from comparisons.models.jax_nnx import is_nnx_module, nnx_kind
 
-    if is_nnx_module(apply_fn) or nnx_kind(apply_fn) is not None:
-        what = f"an NNX Module ({type(apply_fn).__name__})" if is_nnx_module(apply_fn) else nnx_kind(apply_fn)
-        raise UsageTypeError(f"doctor_jax: apply_fn is {what}, which takes no variables; pass a function calling "
-                             "the module: doctor_jax(lambda variables, *x: model(*x), {}, *inputs)")
+    what = f"an NNX Module ({type(apply_fn).__name__})" if is_nnx_module(apply_fn) else nnx_kind(apply_fn)
+    if what is not None:
+        raise UsageTypeError(f"doctor_jax: got {what}; the doctor takes a bound NNX module and its inputs, "
+                             "comparisons.doctor_jax(model, *inputs), or a function, doctor_jax(apply_fn, "
+                             "variables, *inputs)")
 
 
 def _function_name(fn: Any) -> str:
@@ -105,7 +123,19 @@ def _device_name(device: Any) -> str:
     return f"{device.platform}:{device.id}"
 
 
-def _closed_over(consts: list, reached: list[Reached], functions: list, devices: list) -> list[Finding]:
+class Holder(NamedTuple):
+    """How a closed-over array reaches the program, and its fix, for a function or an NNX module."""
+
+    how: str
+    state: str
+    fix: str
+
+
+FUNCTION_HOLDER = Holder("closed over by the apply function", "the variables", FIXES["closed-over-array"])
+
+
+def _closed_over(consts: list, reached: list[Reached], functions: list, devices: list,
+                 holder: Holder = FUNCTION_HOLDER) -> list[Finding]:
     """A constant of the trace that is a committed array on one device (named when the walk saw it)."""
     named = {id(item.value): item for item in reached}
     findings = []
@@ -117,29 +147,28 @@ def _closed_over(consts: list, reached: list[Reached], functions: list, devices:
         where = item.name if item else f"an array {const.dtype}{list(const.shape)}"
         source = _first_mention(item.functions or functions, item.name) if item else None
         replicas = tuple(i for i, d in enumerate(devices) if d != on)
-        message = (f"closed over by the apply function, committed to {_device_name(on)}: it is not in the "
-                   f"variables, so dp_jax.replicate never copies it; jit bakes it into every replica's "
+        message = (f"{holder.how}, committed to {_device_name(on)}: it is not in {holder.state}, so "
+                   f"dp_jax.replicate never copies it; jit bakes it into every replica's "
                    f"program as a constant (copied per compile, never trained, stale if rebound), and "
                    f"op by op {replica_list(replicas)} fail with 'Received incompatible devices'")
-        findings.append(Finding("closed-over-array", where, replicas, (_device_name(on),), message,
-                                FIXES["closed-over-array"], source))
+        findings.append(Finding("closed-over-array", where, replicas, (_device_name(on),), message, holder.fix,
+                                source))
     return findings
 
 
 def _nnx_defaults(apply_fn: Any, reached: list[Reached]) -> list[Finding]:
     """NNX layers the function calls whose settings are not torch's (comparisons.judge.nnx_traps), by path."""
-    from comparisons.judge import nnx_traps
+    from comparisons.doctor.nnx_paths import trap_findings
     from dp_jax.nnx import is_nnx_module
 
-    owner = apply_fn if is_nnx_module(apply_fn) else getattr(apply_fn, "__self__", None)
+    owner = getattr(apply_fn, "__self__", None)
     roots = {"self": owner} if is_nnx_module(owner) else {}
     roots.update({item.name: item.value for item in reached if is_nnx_module(item.value)})
     findings, seen = [], set()
     for name, model in roots.items():
         if id(model) not in seen:
             seen.add(id(model))
-            findings += [Finding("nnx-default", f"{name}.{trap.path}", (), (), trap.cause, trap.hint)
-                         for trap in nnx_traps(model)]
+            findings += trap_findings(model, name)
     return findings
 
 
@@ -154,7 +183,11 @@ def _single_committed_device(value: Any):
 
 def _state(item: Reached) -> object:
     """A cheap fingerprint of what a side effect changes: rebinding, container contents, attributes."""
-    value = item.global_of.get(item.name.split(".")[-1]) if item.global_of is not None else item.value
+    return fingerprint(item.global_of.get(item.name.split(".")[-1]) if item.global_of is not None else item.value)
+
+
+def fingerprint(value: Any) -> object:
+    """Identity and contents (list items, dict entries, set members, attributes) of `value`, by id."""
     if isinstance(value, (list, tuple)):
         contents = tuple(map(id, value))
     elif isinstance(value, dict):
@@ -185,19 +218,21 @@ def _recording_prints():
         builtins.print = original
 
 
-def _count_traces(apply_fn, variables, inputs, kwargs, devices) -> tuple[list[int], Finding | None]:
-    """How often the function's Python runs in a first and a second dp_jax.DataParallel call."""
-    counts = [0]
-
+def _counted(apply_fn: Callable, counts: list[int]) -> Callable:
     def counted(v, *a, **k):
         counts[0] += 1
         return apply_fn(v, *a, **k)
 
+    return counted
+
+
+def _count_traces(runs: Runs) -> tuple[list[int], Finding | None]:
+    """How often the model's Python runs in a first and a second dp_jax.DataParallel call."""
     traces = []
     for _ in range(2):
-        start = counts[0]
-        error = _run_data_parallel(counted, variables, inputs, kwargs, devices)
-        traces.append(counts[0] - start)
+        start = runs.counts[0]
+        error = runs.counting()
+        traces.append(runs.counts[0] - start)
         if error is not None:
             return traces, error
     return traces, None
