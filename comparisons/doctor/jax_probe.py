@@ -67,6 +67,7 @@ class Runs(NamedTuple):
     plain: Callable[[], Finding | None]
     counting: Callable[[], Finding | None]  # the same call, adding 1 to counts[0] per trace
     counts: list[int]
+    refused: str | None = None  # why DataParallel was not called (a refusal already reported as a finding)
 
 
 def effects_and_run(reached: list[Reached], before: dict, functions: list, printed: list[str],
@@ -74,6 +75,9 @@ def effects_and_run(reached: list[Reached], before: dict, functions: list, print
     """Side effects seen while tracing (reached values changed, prints), counted in two DataParallel calls; else
     one plain DataParallel call. Returns the findings (a failed call is a run-error) and the report's notes."""
     changed = [item for item in reached if _state(item) != before[item.name]]
+    if runs.refused is not None:
+        findings = [_side_effect(item, functions, []) for item in changed]
+        return findings + [_print_effect(line, []) for line in dict.fromkeys(printed)], (runs.refused,)
     if not (changed or printed):
         error = runs.plain()
         return ([error] if error is not None else []), ()
@@ -241,9 +245,15 @@ def _count_traces(runs: Runs) -> tuple[list[int], Finding | None]:
 def _run_data_parallel(apply_fn, variables, inputs, kwargs, devices) -> Finding | None:
     import dp_jax
 
+    return run_guarded(lambda: dp_jax.data_parallel(apply_fn, variables, tuple(inputs), device_ids=devices,
+                                                    module_kwargs=kwargs or None))
+
+
+def run_guarded(call: Callable[[], Any]) -> Finding | None:
+    """Run one dp_jax.DataParallel call; its failure is a run-error finding at the user's line."""
     try:
-        dp_jax.data_parallel(apply_fn, variables, tuple(inputs), device_ids=devices, module_kwargs=kwargs or None)
-    except Exception as error:  # noqa: BLE001 - the user's function failing is a finding
+        call()
+    except Exception as error:  # noqa: BLE001 - the user's model failing is a finding
         return _error_finding(error, "dp_jax.DataParallel")
     return None
 

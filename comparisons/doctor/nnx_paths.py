@@ -66,22 +66,22 @@ def trap_findings(model: Any, prefix: str = "") -> list[Finding]:
     return findings
 
 
-def static_arrays(model: Any) -> dict[int, tuple[str, str | None]]:
-    """{id(array): (path, user's line)} of every jax.Array inside a static attribute of `model` (a frozen
+def static_arrays(model: Any) -> dict[int, tuple[Any, tuple[str, str | None]]]:
+    """{id(array): (array, (path, user's line))} of every jax.Array inside a static attribute of `model` (a frozen
     dataclass field, a module with pytree=False): `nnx.split` keeps such a value in the GraphDef, so a traced
     call reads it as a constant from its own device."""
     import jax
     from flax import nnx
 
     modules = dict(nnx.iter_modules(model, graph=_GRAPH_MODE))
-    found: dict[int, tuple[str, str | None]] = {}
+    found: dict[int, tuple[Any, tuple[str, str | None]]] = {}
     for path, node in modules.items():
         for name, value in vars(node).items():
             if name.startswith("_") or isinstance(value, (nnx.Variable, nnx.Module, jax.Array)):
                 continue
             for suffix, array in _arrays_inside(value, depth=4):
-                found.setdefault(id(array), (joined(layer_path(path), (name,)) + suffix,
-                                             layer_line(modules, (*path, name))))
+                found.setdefault(id(array), (array, (joined(layer_path(path), (name,)) + suffix,
+                                                     layer_line(modules, (*path, name)))))
     return found
 
 
