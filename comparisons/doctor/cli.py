@@ -205,8 +205,8 @@ def _made(loaded: Any, spec: str) -> Any:
     if words == "module":
         return loaded
     if words is not None and isinstance(loaded, type):
-        raise UsageError(f"TARGET {spec!r} is {words}, and pass path.py:model (the module) or a factory "
-                         "returning it")
+        raise UsageError(f"TARGET {spec!r} is {words}, and pass {spec.rpartition(':')[0]}:<name of the module> "
+                         "(e.g. model = Net(...) in the file) or a factory returning it")
     return _call(loaded, spec)
 
 
