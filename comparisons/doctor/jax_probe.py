@@ -40,25 +40,25 @@ def doctor_jax(apply_fn: Any, variables: Any, *inputs: Any, devices: int | Seque
     import jax
 
     _refuse_nnx(apply_fn)
-    device_list = _devices(devices)
+    device_list = device_list_of(devices)
     kwargs = kwargs or {}
     reach = reachable(apply_fn)
     reached, functions = list(reach.values.values()), reach.functions
-    before = {item.name: _state(item) for item in reached}
+    before = {item.name: reached_state(item) for item in reached}
     name = target or _function_name(apply_fn)
-    with _recording_prints() as printed:
+    with recording_prints() as printed:
         try:
             closed = jax.make_jaxpr(lambda v, *a: apply_fn(v, *a, **kwargs))(variables, *inputs)
         except Exception as error:  # noqa: BLE001 - the user's function failing to trace is a finding
-            return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list),
-                                (_error_finding(error, "tracing the apply function"),))
-    findings = _closed_over(closed.consts, reached, functions, device_list) + _nnx_defaults(apply_fn, reached)
+            return DoctorReport(name, "jax", tuple(device_name(d) for d in device_list),
+                                (error_finding(error, "tracing the apply function"),))
+    findings = closed_over(closed.consts, reached, functions, device_list) + _nnx_defaults(apply_fn, reached)
     counts = [0]
     counted = _counted(apply_fn, counts)
     runs = Runs(lambda: _run_data_parallel(apply_fn, variables, inputs, kwargs, device_list),
                 lambda: _run_data_parallel(counted, variables, inputs, kwargs, device_list), counts)
     more, notes = effects_and_run(reached, before, functions, printed, runs)
-    return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list), tuple(findings + more), notes)
+    return DoctorReport(name, "jax", tuple(device_name(d) for d in device_list), tuple(findings + more), notes)
 
 
 class Runs(NamedTuple):
@@ -74,7 +74,7 @@ def effects_and_run(reached: list[Reached], before: dict, functions: list, print
                     runs: Runs) -> tuple[list[Finding], tuple[str, ...]]:
     """Side effects seen while tracing (reached values changed, prints), counted in two DataParallel calls; else
     one plain DataParallel call. Returns the findings (a failed call is a run-error) and the report's notes."""
-    changed = [item for item in reached if _state(item) != before[item.name]]
+    changed = [item for item in reached if reached_state(item) != before[item.name]]
     if runs.refused is not None:
         findings = [_side_effect(item, functions, []) for item in changed]
         return findings + [_print_effect(line, []) for line in dict.fromkeys(printed)], (runs.refused,)
@@ -107,7 +107,7 @@ def _function_name(fn: Any) -> str:
     return getattr(fn, "__qualname__", type(fn).__name__)
 
 
-def _devices(devices: int | Sequence[Any]) -> list:
+def device_list_of(devices: int | Sequence[Any]) -> list:
     import jax
 
     if isinstance(devices, int):
@@ -123,7 +123,7 @@ def _devices(devices: int | Sequence[Any]) -> list:
     return device_list
 
 
-def _device_name(device: Any) -> str:
+def device_name(device: Any) -> str:
     return f"{device.platform}:{device.id}"
 
 
@@ -138,7 +138,7 @@ class Holder(NamedTuple):
 FUNCTION_HOLDER = Holder("closed over by the apply function", "the variables", FIXES["closed-over-array"])
 
 
-def _closed_over(consts: list, reached: list[Reached], functions: list, devices: list,
+def closed_over(consts: list, reached: list[Reached], functions: list, devices: list,
                  holder: Holder = FUNCTION_HOLDER) -> list[Finding]:
     """A constant of the trace that is a committed array on one device (named when the walk saw it)."""
     named = {id(item.value): item for item in reached}
@@ -151,11 +151,11 @@ def _closed_over(consts: list, reached: list[Reached], functions: list, devices:
         where = item.name if item else f"an array {const.dtype}{list(const.shape)}"
         source = _first_mention(item.functions or functions, item.name) if item else None
         replicas = tuple(i for i, d in enumerate(devices) if d != on)
-        message = (f"{holder.how}, committed to {_device_name(on)}: it is not in {holder.state}, so "
+        message = (f"{holder.how}, committed to {device_name(on)}: it is not in {holder.state}, so "
                    f"dp_jax.replicate never copies it; jit bakes it into every replica's "
                    f"program as a constant (copied per compile, never trained, stale if rebound), and "
                    f"op by op {replica_list(replicas)} fail with 'Received incompatible devices'")
-        findings.append(Finding("closed-over-array", where, replicas, (_device_name(on),), message, holder.fix,
+        findings.append(Finding("closed-over-array", where, replicas, (device_name(on),), message, holder.fix,
                                 source))
     return findings
 
@@ -185,7 +185,7 @@ def _single_committed_device(value: Any):
     return next(iter(devices)) if len(devices) == 1 else None
 
 
-def _state(item: Reached) -> object:
+def reached_state(item: Reached) -> object:
     """A cheap fingerprint of what a side effect changes: rebinding, container contents, attributes."""
     return fingerprint(item.global_of.get(item.name.split(".")[-1]) if item.global_of is not None else item.value)
 
@@ -206,7 +206,7 @@ def fingerprint(value: Any) -> object:
 
 
 @contextlib.contextmanager
-def _recording_prints():
+def recording_prints():
     """print() during the trace: record the user's line, then print as usual."""
     lines: list[str] = []
     original = builtins.print
@@ -254,11 +254,11 @@ def run_guarded(call: Callable[[], Any]) -> Finding | None:
     try:
         call()
     except Exception as error:  # noqa: BLE001 - the user's model failing is a finding
-        return _error_finding(error, "dp_jax.DataParallel")
+        return error_finding(error, "dp_jax.DataParallel")
     return None
 
 
-def _error_finding(error: BaseException, during: str) -> Finding:
+def error_finding(error: BaseException, during: str) -> Finding:
     line = error_line(error)
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return Finding("run-error", line or during, (), (), f"{during} failed with {type(error).__name__}: {text}",

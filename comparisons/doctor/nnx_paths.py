@@ -46,7 +46,7 @@ def _is_user_class(cls: type) -> bool:
 
     try:
         return is_user_file(inspect.getsourcefile(cls) or "<unknown>")
-    except TypeError:
+    except (OSError, TypeError):  # a class defined in `python -c` or a notebook cell has no source file
         return False
 
 

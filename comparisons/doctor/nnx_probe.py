@@ -22,14 +22,14 @@ from comparisons.doctor.findings import DoctorReport, Finding
 from comparisons.doctor.jax_probe import (
     Holder,
     Runs,
-    _closed_over,
-    _device_name,
-    _devices,
-    _error_finding,
-    _recording_prints,
-    _state,
+    closed_over,
+    device_list_of,
+    device_name,
     effects_and_run,
+    error_finding,
     fingerprint,
+    reached_state,
+    recording_prints,
     run_guarded,
 )
 from comparisons.doctor.jax_reach import reachable_from_classes
@@ -59,23 +59,23 @@ def doctor_nnx(model: Any, *inputs: Any, devices: int | Sequence[Any] = 4, kwarg
     from flax import nnx
 
     _refuse_variables(model, inputs)
-    device_list, kwargs = _devices(devices), kwargs or {}
+    device_list, kwargs = device_list_of(devices), kwargs or {}
     modules = dict(nnx.iter_modules(model, graph=_GRAPH_MODE))
     reach = reachable_from_classes([type(module) for module in modules.values()])
     reached, functions = list(reach.values.values()), reach.functions
-    before = {item.name: _state(item) for item in reached}
-    name, device_names = target or type(model).__name__, tuple(_device_name(d) for d in device_list)
+    before = {item.name: reached_state(item) for item in reached}
+    name, device_names = target or type(model).__name__, tuple(device_name(d) for d in device_list)
     graphdef, state = nnx.split(model, graph=_GRAPH_MODE)
     rebound: list[Finding] = []
-    with _recording_prints() as printed:
+    with recording_prints() as printed:
         try:
             closed = jax.make_jaxpr(functools.partial(_merged_call, graphdef, kwargs, rebound))(state, *inputs)
         except Exception as error:  # noqa: BLE001 - the user's module failing to trace is a finding
-            return DoctorReport(name, "jax", device_names, (_error_finding(error, f"tracing {name}'s call"),))
+            return DoctorReport(name, "jax", device_names, (error_finding(error, f"tracing {name}'s call"),))
     arrays = static_arrays(model)
     static = _static_array_findings(arrays, device_list)
     consts = [const for const in closed.consts if id(const) not in arrays]  # named by their path above
-    findings = static + _closed_over(consts, reached, functions, device_list, MODULE_HOLDER)
+    findings = static + closed_over(consts, reached, functions, device_list, MODULE_HOLDER)
     findings += rebound + trap_findings(model)
     runs = _module_runs(model, inputs, kwargs, device_list)
     if static:
@@ -144,11 +144,11 @@ def _static_array_findings(arrays: dict[int, tuple[Any, tuple[str, str | None]]]
     for array, (where, line) in arrays.values():
         on = tuple(sorted(array.devices(), key=lambda d: d.id))
         replicas = tuple(i for i, d in enumerate(devices) if d not in on)
-        placed = f"committed to {_device_name(on[0])}" if array.committed and len(on) == 1 else "a jax.Array"
+        placed = f"committed to {device_name(on[0])}" if array.committed and len(on) == 1 else "a jax.Array"
         message = (f"{placed} inside a static attribute (not an nnx.Variable, not an array attribute): nnx.split "
                    "keeps it in the GraphDef, not the state, so DataParallel copies it to no replica; a traced call "
                    "bakes it in as a constant, and dp_jax.DataParallel refuses the module")
-        findings.append(Finding("closed-over-array", where, replicas, tuple(map(_device_name, on)), message,
+        findings.append(Finding("closed-over-array", where, replicas, tuple(map(device_name, on)), message,
                                 NNX_FIXES["closed-over-array"], line))
     return findings
 
