@@ -4,6 +4,8 @@ Two kinds exist in JAX, where torch has six: a JAX function has no module tree t
 counterparts of "shared, not replicated" (`closed-over-array`) and "state outside the function's
 outputs" (`side-effect-in-trace`) remain. A third is about porting: `nnx-default`, an NNX layer the
 function reaches whose setting is not torch's (`comparisons.judge.nnx_traps`), at its path.
+A bound NNX module goes to `nnx_probe.doctor_nnx` (the public `doctor_jax` dispatches); its
+helpers (`closed_over`, `effects_and_run`, ...) are shared from here.
 Cost: one trace (`jax.make_jaxpr`, no compile), then
 two dp_jax.DataParallel calls (the first compiles per device) to count how often Python runs.
 """
