@@ -70,6 +70,7 @@ class Runs(NamedTuple):
     counting: Callable[[], Finding | None]  # the same call, adding 1 to counts[0] per trace
     counts: list[int]
     refused: str | None = None  # why DataParallel was not called (a refusal already reported as a finding)
+    traced: str = "the apply function"  # what the trace ran, for the findings' words
 
 
 def effects_and_run(reached: list[Reached], before: dict, functions: list, printed: list[str],
@@ -78,13 +79,13 @@ def effects_and_run(reached: list[Reached], before: dict, functions: list, print
     one plain DataParallel call. Returns the findings (a failed call is a run-error) and the report's notes."""
     changed = [item for item in reached if reached_state(item) != before[item.name]]
     if runs.refused is not None:
-        findings = [_side_effect(item, functions, []) for item in changed]
+        findings = [_side_effect(item, functions, [], runs.traced) for item in changed]
         return findings + [_print_effect(line, []) for line in dict.fromkeys(printed)], (runs.refused,)
     if not (changed or printed):
         error = runs.plain()
         return ([error] if error is not None else []), ()
     traces, error = _count_traces(runs)
-    findings = [_side_effect(item, functions, traces) for item in changed]
+    findings = [_side_effect(item, functions, traces, runs.traced) for item in changed]
     findings += [_print_effect(line, traces) for line in dict.fromkeys(printed)]
     findings += [error] if error is not None else []
     return findings, ("to count traces the doctor called dp_jax.DataParallel twice, so the side effects ran again",)
@@ -275,11 +276,11 @@ def _traces_words(traces: list[int]) -> str:
             f"time(s) (a trace per device), in the next {second} (cached)")
 
 
-def _side_effect(item: Reached, functions: list, traces: list[int]) -> Finding:
+def _side_effect(item: Reached, functions: list, traces: list[int], traced: str) -> Finding:
     source = _first_mention(item.functions or tuple(functions), item.name)
     what = "rebinds the global" if _rebound(item) else "changes"
     stored = " (and what it stores are tracers, not values)" if _holds_tracer(item) else ""
-    message = (f"tracing the apply function {what} {item.name} ({type(item.value).__name__}); "
+    message = (f"tracing {traced} {what} {item.name} ({type(item.value).__name__}); "
                f"{_traces_words(traces)}, so it does not happen once per replica or per step{stored}")
     return Finding("side-effect-in-trace", item.name, (), (), message, FIXES["side-effect-in-trace"], source)
 

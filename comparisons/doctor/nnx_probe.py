@@ -165,7 +165,7 @@ def _module_runs(model: Any, inputs: tuple, kwargs: dict, devices: list) -> Runs
     return Runs(lambda: run_guarded(lambda: dp_jax.DataParallel(nnx.clone(model), device_ids=devices)(
                     *inputs, **kwargs)),
                 lambda: run_guarded(lambda: dp_jax.DataParallel(counting, device_ids=devices)(*inputs, **kwargs)),
-                counts)
+                counts, traced="the module's call")
 
 
 def _counting(model: Any, counts: list[int]) -> Any:

@@ -191,6 +191,7 @@ def test_an_nnx_module_changing_a_global_and_its_own_attribute_while_tracing_is_
     assert sorted(report.kinds()) == ["side-effect-in-trace", "state-on-self"]
     effect = next(f for f in report.findings if f.kind == "side-effect-in-trace")
     assert effect.where == "SEEN" and at(effect.source, marked_lines("side-effect-in-trace"))
+    assert "tracing the module's call changes SEEN" in effect.message
     assert "ran 4 time(s)" in effect.message and "in the next 0" in effect.message
     kept = next(f for f in report.findings if f.kind == "state-on-self")
     assert kept.where == "calls" and at(kept.source, marked_lines("state-on-self")) and "nnx.Variable" in kept.fix
