@@ -1,7 +1,7 @@
 """`python -m comparisons doctor TARGET`: load the user's model, make inputs, run a doctor, print.
 
-TARGET is `package.module:factory` or `path/to/file.py:factory`. The factory returns a torch
-`nn.Module` (torch doctor), or a Flax module, or `(flax_module, variables)` (JAX doctor). Exit
+TARGET is `package.module:name` or `path/to/file.py:name`: a bound Flax NNX module, or a factory returning
+a torch `nn.Module` (torch doctor), an NNX module, a linen module or `(linen_module, variables)` (JAX doctor). Exit
 status: 0 nothing found, 1 findings, 2 bad usage (message on stderr).
 """
 from __future__ import annotations
@@ -27,8 +27,9 @@ BATCH_MARK = "B"  # `--input-shape B,3,32,32`: the batch's place, in doctor and 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", help="package.module:factory or path/to/file.py:factory; the factory returns "
-                                       "a torch nn.Module, a Flax module, or (flax_module, variables)")
+    parser.add_argument("target", help="package.module:name or path/to/file.py:name: a Flax NNX module, or a "
+                                       "factory returning a torch nn.Module, an NNX module, a linen module, or "
+                                       "(linen_module, variables)")
     parser.add_argument("--input-shape", action="append", metavar="SHAPE", default=[],
                         help="an input's shape, batch first, e.g. 8,3, or B,3 for --batch rows (the form run "
                              "--torch takes too); repeatable for several inputs")
@@ -120,8 +121,7 @@ def _diagnose(args: argparse.Namespace):
                          "exactly one of the two")
     if args.batch is not None and args.batch < 1:
         raise UsageError(f"--batch {args.batch}: pass a positive number of rows, e.g. --batch {2 * args.devices}")
-    made = _call(load(args.target, "TARGET"), args.target)
-    backend, model, variables = _classify(made, args.target)
+    backend, model, variables = _classify(_made(load(args.target, "TARGET"), args.target), args.target)
     batch = args.batch if args.batch is not None else 2 * args.devices
     inputs, kwargs = (_random_inputs(args.input_shape, args.dtype, backend, batch) if args.input_shape
                       else _user_inputs(args.inputs, batch))
@@ -132,17 +132,26 @@ def _diagnose(args: argparse.Namespace):
 
             return doctor_torch(model, *inputs, devices=args.devices, backward=args.backward, kwargs=kwargs,
                                 target=name)
-        from comparisons.doctor.jax_probe import doctor_jax
-
-        if variables is None:
-            variables = _flax_init(model, inputs, kwargs)
-        report = doctor_jax(model.apply, variables, *inputs, devices=args.devices, kwargs=kwargs, target=name)
+        report = _doctor_flax(backend, model, variables, inputs, kwargs, args)
         if args.backward:
-            notes = (*report.notes, "--backward is for torch targets; a Flax apply function has no backward pass")
+            notes = (*report.notes, "--backward is for torch targets; the JAX doctor runs the forward only")
             report = dataclasses.replace(report, notes=notes)
         return report
     except ValueError as error:  # the doctors' refusals (too few devices, ...)
         raise UsageError(str(error)) from error
+
+
+def _doctor_flax(backend: str, model: Any, variables: Any, inputs: tuple, kwargs: dict, args: argparse.Namespace):
+    """The JAX doctor: an NNX module as it is (`doctor_nnx`), a linen module through its `apply`."""
+    if backend == "nnx":
+        from comparisons.doctor.nnx_probe import doctor_nnx
+
+        return doctor_nnx(model, *inputs, devices=args.devices, kwargs=kwargs, target=args.target)
+    from comparisons.doctor.jax_probe import doctor_jax
+
+    if variables is None:
+        variables = _flax_init(model, inputs, kwargs)
+    return doctor_jax(model.apply, variables, *inputs, devices=args.devices, kwargs=kwargs, target=args.target)
 
 
 def load(spec: str, what: str) -> Any:
@@ -189,8 +198,38 @@ def _call(factory: Any, spec: str, *args: Any) -> Any:
                          f"{error}") from error
 
 
+def _made(loaded: Any, spec: str) -> Any:
+    """What TARGET names: a bound NNX module as it is (it is callable, but calling it runs the model), else what
+    the factory returns. An NNX class is refused: its constructor needs arguments the doctor cannot guess."""
+    words = _nnx_words(loaded)
+    if words == "module":
+        return loaded
+    if words is not None and isinstance(loaded, type):
+        raise UsageError(f"TARGET {spec!r} is {words}, and pass {spec.rpartition(':')[0]}:<name of the module> "
+                         "(e.g. model = Net(...) in the file) or a factory returning it")
+    return _call(loaded, spec)
+
+
+def _nnx_words(value: Any) -> str | None:
+    """'module' for a bound NNX module (a bridged one too: the doctor runs it as dp_jax does), the one-line words
+    for an NNX class, GraphDef or State, None otherwise (a linen module, nnx.bridge.to_linen's included)."""
+    if sys.modules.get("flax.nnx") is None:
+        return None
+    from comparisons.models.jax_nnx import is_nnx_module, nnx_kind
+
+    linen = sys.modules.get("flax.linen")
+    if is_nnx_module(value):
+        return "module"
+    return None if linen is not None and isinstance(value, linen.Module) else nnx_kind(value)
+
+
 def _classify(made: Any, spec: str) -> tuple[str, Any, Any]:
-    """('torch', module, None) or ('jax', flax_module, variables or None)."""
+    """('torch', module, None), ('nnx', nnx_module, None) or ('jax', linen_module, variables or None)."""
+    words = _nnx_words(made)
+    if words == "module":
+        return "nnx", made, None
+    if words is not None:
+        raise UsageError(f"TARGET {spec!r} returned {words}")
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(made, torch.nn.Module):
         return "torch", made, None
@@ -200,8 +239,8 @@ def _classify(made: Any, spec: str) -> tuple[str, Any, Any]:
             return "jax", made, None
         if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], linen.Module):
             return "jax", made[0], made[1]
-    raise UsageError(f"TARGET {spec!r} returned a {type(made).__name__}; return a torch nn.Module, a Flax "
-                     "linen Module, or (flax_module, variables)")
+    raise UsageError(f"TARGET {spec!r} returned a {type(made).__name__}; return a torch nn.Module, a Flax NNX "
+                     "Module, a linen Module, or (linen_module, variables)")
 
 
 def _random_inputs(shapes: list[str], dtype: str, backend: str, batch: int) -> tuple[tuple, dict]:

@@ -4,6 +4,8 @@ Two kinds exist in JAX, where torch has six: a JAX function has no module tree t
 counterparts of "shared, not replicated" (`closed-over-array`) and "state outside the function's
 outputs" (`side-effect-in-trace`) remain. A third is about porting: `nnx-default`, an NNX layer the
 function reaches whose setting is not torch's (`comparisons.judge.nnx_traps`), at its path.
+A bound NNX module goes to `nnx_probe.doctor_nnx` (the public `doctor_jax` dispatches); its
+helpers (`closed_over`, `effects_and_run`, ...) are shared from here.
 Cost: one trace (`jax.make_jaxpr`, no compile), then
 two dp_jax.DataParallel calls (the first compiles per device) to count how often Python runs.
 """
@@ -14,8 +16,8 @@ import contextlib
 import inspect
 import re
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from comparisons.doctor.findings import FIXES, DoctorReport, Finding, replica_list
 from comparisons.doctor.jax_reach import Reached, reachable
@@ -40,42 +42,65 @@ def doctor_jax(apply_fn: Any, variables: Any, *inputs: Any, devices: int | Seque
     import jax
 
     _refuse_nnx(apply_fn)
-    device_list = _devices(devices)
+    device_list = device_list_of(devices)
     kwargs = kwargs or {}
     reach = reachable(apply_fn)
     reached, functions = list(reach.values.values()), reach.functions
-    before = {item.name: _state(item) for item in reached}
+    before = {item.name: reached_state(item) for item in reached}
     name = target or _function_name(apply_fn)
-    with _recording_prints() as printed:
+    with recording_prints() as printed:
         try:
             closed = jax.make_jaxpr(lambda v, *a: apply_fn(v, *a, **kwargs))(variables, *inputs)
         except Exception as error:  # noqa: BLE001 - the user's function failing to trace is a finding
-            return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list),
-                                (_error_finding(error, "tracing the apply function"),))
-    findings = _closed_over(closed.consts, reached, functions, device_list) + _nnx_defaults(apply_fn, reached)
-    changed = [item for item in reached if _state(item) != before[item.name]]
-    notes: list[str] = []
-    if changed or printed:
-        traces, error = _count_traces(apply_fn, variables, inputs, kwargs, device_list)
-        findings += [_side_effect(item, functions, traces) for item in changed]
-        findings += [_print_effect(line, traces) for line in dict.fromkeys(printed)]
-        notes.append("to count traces the doctor called dp_jax.DataParallel twice, so the side effects ran again")
-    else:
-        error = _run_data_parallel(apply_fn, variables, inputs, kwargs, device_list)
-    if error is not None:
-        findings.append(error)
-    return DoctorReport(name, "jax", tuple(_device_name(d) for d in device_list), tuple(findings), tuple(notes))
+            return DoctorReport(name, "jax", tuple(device_name(d) for d in device_list),
+                                (error_finding(error, "tracing the apply function"),))
+    findings = closed_over(closed.consts, reached, functions, device_list) + _nnx_defaults(apply_fn, reached)
+    counts = [0]
+    counted = _counted(apply_fn, counts)
+    runs = Runs(lambda: _run_data_parallel(apply_fn, variables, inputs, kwargs, device_list),
+                lambda: _run_data_parallel(counted, variables, inputs, kwargs, device_list), counts)
+    more, notes = effects_and_run(reached, before, functions, printed, runs)
+    return DoctorReport(name, "jax", tuple(device_name(d) for d in device_list), tuple(findings + more), notes)
+
+
+class Runs(NamedTuple):
+    """One dp_jax.DataParallel call of the user's model: as given, and counting how often its Python runs."""
+
+    plain: Callable[[], Finding | None]
+    counting: Callable[[], Finding | None]  # the same call, adding 1 to counts[0] per trace
+    counts: list[int]
+    refused: str | None = None  # why DataParallel was not called (a refusal already reported as a finding)
+    traced: str = "the apply function"  # what the trace ran, for the findings' words
+
+
+def effects_and_run(reached: list[Reached], before: dict, functions: list, printed: list[str],
+                    runs: Runs) -> tuple[list[Finding], tuple[str, ...]]:
+    """Side effects seen while tracing (reached values changed, prints), counted in two DataParallel calls; else
+    one plain DataParallel call. Returns the findings (a failed call is a run-error) and the report's notes."""
+    changed = [item for item in reached if reached_state(item) != before[item.name]]
+    if runs.refused is not None:
+        findings = [_side_effect(item, functions, [], runs.traced) for item in changed]
+        return findings + [_print_effect(line, []) for line in dict.fromkeys(printed)], (runs.refused,)
+    if not (changed or printed):
+        error = runs.plain()
+        return ([error] if error is not None else []), ()
+    traces, error = _count_traces(runs)
+    findings = [_side_effect(item, functions, traces, runs.traced) for item in changed]
+    findings += [_print_effect(line, traces) for line in dict.fromkeys(printed)]
+    findings += [error] if error is not None else []
+    return findings, ("to count traces the doctor called dp_jax.DataParallel twice, so the side effects ran again",)
 
 
 def _refuse_nnx(apply_fn: Any) -> None:
-    """An NNX module (or class, GraphDef, State) is no `apply_fn(variables, *inputs)`: refused in one line."""
+    """An NNX class, GraphDef or State is neither a function nor a bound module: refused in one line."""
     from comparisons.errors import UsageTypeError
     from comparisons.models.jax_nnx import is_nnx_module, nnx_kind
 
-    if is_nnx_module(apply_fn) or nnx_kind(apply_fn) is not None:
-        what = f"an NNX Module ({type(apply_fn).__name__})" if is_nnx_module(apply_fn) else nnx_kind(apply_fn)
-        raise UsageTypeError(f"doctor_jax: apply_fn is {what}, which takes no variables; pass a function calling "
-                             "the module: doctor_jax(lambda variables, *x: model(*x), {}, *inputs)")
+    what = f"an NNX Module ({type(apply_fn).__name__})" if is_nnx_module(apply_fn) else nnx_kind(apply_fn)
+    if what is not None:
+        raise UsageTypeError(f"doctor_jax: got {what}; the doctor takes a bound NNX module and its inputs, "
+                             "comparisons.doctor_jax(model, *inputs), or a function, doctor_jax(apply_fn, "
+                             "variables, *inputs)")
 
 
 def _function_name(fn: Any) -> str:
@@ -85,7 +110,7 @@ def _function_name(fn: Any) -> str:
     return getattr(fn, "__qualname__", type(fn).__name__)
 
 
-def _devices(devices: int | Sequence[Any]) -> list:
+def device_list_of(devices: int | Sequence[Any]) -> list:
     import jax
 
     if isinstance(devices, int):
@@ -101,11 +126,23 @@ def _devices(devices: int | Sequence[Any]) -> list:
     return device_list
 
 
-def _device_name(device: Any) -> str:
+def device_name(device: Any) -> str:
     return f"{device.platform}:{device.id}"
 
 
-def _closed_over(consts: list, reached: list[Reached], functions: list, devices: list) -> list[Finding]:
+class Holder(NamedTuple):
+    """How a closed-over array reaches the program, and its fix, for a function or an NNX module."""
+
+    how: str
+    state: str
+    fix: str
+
+
+FUNCTION_HOLDER = Holder("closed over by the apply function", "the variables", FIXES["closed-over-array"])
+
+
+def closed_over(consts: list, reached: list[Reached], functions: list, devices: list,
+                 holder: Holder = FUNCTION_HOLDER) -> list[Finding]:
     """A constant of the trace that is a committed array on one device (named when the walk saw it)."""
     named = {id(item.value): item for item in reached}
     findings = []
@@ -117,29 +154,28 @@ def _closed_over(consts: list, reached: list[Reached], functions: list, devices:
         where = item.name if item else f"an array {const.dtype}{list(const.shape)}"
         source = _first_mention(item.functions or functions, item.name) if item else None
         replicas = tuple(i for i, d in enumerate(devices) if d != on)
-        message = (f"closed over by the apply function, committed to {_device_name(on)}: it is not in the "
-                   f"variables, so dp_jax.replicate never copies it; jit bakes it into every replica's "
+        message = (f"{holder.how}, committed to {device_name(on)}: it is not in {holder.state}, so "
+                   f"dp_jax.replicate never copies it; jit bakes it into every replica's "
                    f"program as a constant (copied per compile, never trained, stale if rebound), and "
                    f"op by op {replica_list(replicas)} fail with 'Received incompatible devices'")
-        findings.append(Finding("closed-over-array", where, replicas, (_device_name(on),), message,
-                                FIXES["closed-over-array"], source))
+        findings.append(Finding("closed-over-array", where, replicas, (device_name(on),), message, holder.fix,
+                                source))
     return findings
 
 
 def _nnx_defaults(apply_fn: Any, reached: list[Reached]) -> list[Finding]:
     """NNX layers the function calls whose settings are not torch's (comparisons.judge.nnx_traps), by path."""
-    from comparisons.judge import nnx_traps
+    from comparisons.doctor.nnx_paths import trap_findings
     from dp_jax.nnx import is_nnx_module
 
-    owner = apply_fn if is_nnx_module(apply_fn) else getattr(apply_fn, "__self__", None)
+    owner = getattr(apply_fn, "__self__", None)
     roots = {"self": owner} if is_nnx_module(owner) else {}
     roots.update({item.name: item.value for item in reached if is_nnx_module(item.value)})
     findings, seen = [], set()
     for name, model in roots.items():
         if id(model) not in seen:
             seen.add(id(model))
-            findings += [Finding("nnx-default", f"{name}.{trap.path}", (), (), trap.cause, trap.hint)
-                         for trap in nnx_traps(model)]
+            findings += trap_findings(model, name)
     return findings
 
 
@@ -152,9 +188,13 @@ def _single_committed_device(value: Any):
     return next(iter(devices)) if len(devices) == 1 else None
 
 
-def _state(item: Reached) -> object:
+def reached_state(item: Reached) -> object:
     """A cheap fingerprint of what a side effect changes: rebinding, container contents, attributes."""
-    value = item.global_of.get(item.name.split(".")[-1]) if item.global_of is not None else item.value
+    return fingerprint(item.global_of.get(item.name.split(".")[-1]) if item.global_of is not None else item.value)
+
+
+def fingerprint(value: Any) -> object:
+    """Identity and contents (list items, dict entries, set members, attributes) of `value`, by id."""
     if isinstance(value, (list, tuple)):
         contents = tuple(map(id, value))
     elif isinstance(value, dict):
@@ -169,7 +209,7 @@ def _state(item: Reached) -> object:
 
 
 @contextlib.contextmanager
-def _recording_prints():
+def recording_prints():
     """print() during the trace: record the user's line, then print as usual."""
     lines: list[str] = []
     original = builtins.print
@@ -185,19 +225,21 @@ def _recording_prints():
         builtins.print = original
 
 
-def _count_traces(apply_fn, variables, inputs, kwargs, devices) -> tuple[list[int], Finding | None]:
-    """How often the function's Python runs in a first and a second dp_jax.DataParallel call."""
-    counts = [0]
-
+def _counted(apply_fn: Callable, counts: list[int]) -> Callable:
     def counted(v, *a, **k):
         counts[0] += 1
         return apply_fn(v, *a, **k)
 
+    return counted
+
+
+def _count_traces(runs: Runs) -> tuple[list[int], Finding | None]:
+    """How often the model's Python runs in a first and a second dp_jax.DataParallel call."""
     traces = []
     for _ in range(2):
-        start = counts[0]
-        error = _run_data_parallel(counted, variables, inputs, kwargs, devices)
-        traces.append(counts[0] - start)
+        start = runs.counts[0]
+        error = runs.counting()
+        traces.append(runs.counts[0] - start)
         if error is not None:
             return traces, error
     return traces, None
@@ -206,14 +248,20 @@ def _count_traces(apply_fn, variables, inputs, kwargs, devices) -> tuple[list[in
 def _run_data_parallel(apply_fn, variables, inputs, kwargs, devices) -> Finding | None:
     import dp_jax
 
+    return run_guarded(lambda: dp_jax.data_parallel(apply_fn, variables, tuple(inputs), device_ids=devices,
+                                                    module_kwargs=kwargs or None))
+
+
+def run_guarded(call: Callable[[], Any]) -> Finding | None:
+    """Run one dp_jax.DataParallel call; its failure is a run-error finding at the user's line."""
     try:
-        dp_jax.data_parallel(apply_fn, variables, tuple(inputs), device_ids=devices, module_kwargs=kwargs or None)
-    except Exception as error:  # noqa: BLE001 - the user's function failing is a finding
-        return _error_finding(error, "dp_jax.DataParallel")
+        call()
+    except Exception as error:  # noqa: BLE001 - the user's model failing is a finding
+        return error_finding(error, "dp_jax.DataParallel")
     return None
 
 
-def _error_finding(error: BaseException, during: str) -> Finding:
+def error_finding(error: BaseException, during: str) -> Finding:
     line = error_line(error)
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return Finding("run-error", line or during, (), (), f"{during} failed with {type(error).__name__}: {text}",
@@ -228,11 +276,11 @@ def _traces_words(traces: list[int]) -> str:
             f"time(s) (a trace per device), in the next {second} (cached)")
 
 
-def _side_effect(item: Reached, functions: list, traces: list[int]) -> Finding:
+def _side_effect(item: Reached, functions: list, traces: list[int], traced: str) -> Finding:
     source = _first_mention(item.functions or tuple(functions), item.name)
     what = "rebinds the global" if _rebound(item) else "changes"
     stored = " (and what it stores are tracers, not values)" if _holds_tracer(item) else ""
-    message = (f"tracing the apply function {what} {item.name} ({type(item.value).__name__}); "
+    message = (f"tracing {traced} {what} {item.name} ({type(item.value).__name__}); "
                f"{_traces_words(traces)}, so it does not happen once per replica or per step{stored}")
     return Finding("side-effect-in-trace", item.name, (), (), message, FIXES["side-effect-in-trace"], source)
 

@@ -45,6 +45,15 @@ def reachable(fn: object) -> Reach:
     return reach
 
 
+def reachable_from_classes(classes: list[type]) -> Reach:
+    """Every named value the user-written methods of these classes can read (an NNX module's layer classes):
+    their globals and closures. Their instances' attributes are the module's state, which nnx.split carries."""
+    reach = Reach()
+    for cls in dict.fromkeys(classes):
+        _methods(reach, cls, (), 0)
+    return reach
+
+
 def _walk(reach: Reach, obj: object, prefix: str, via: tuple, depth: int) -> None:
     if id(obj) in reach.seen or depth > _MAX_DEPTH:
         return

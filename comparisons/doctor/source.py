@@ -114,7 +114,13 @@ def fill_line(cls: type, attribute: str) -> str | None:
     return _first_line_outside_init(cls, filled) or _first_line_outside_init(cls, rf"\bself\.{name}\b")
 
 
-def _first_line_outside_init(cls: type, pattern: str) -> str | None:
+def construction_line(cls: type, attribute: str) -> str | None:
+    """'file.py:line' of the first `self.<attribute> = ...` in `cls`'s source, `__init__` included (where an NNX
+    module builds its layers), or None. Cost: as `assignment_line`."""
+    return _first_line_outside_init(cls, rf"\bself\.{re.escape(attribute)}\s*(=(?!=)|:)", skip=None)
+
+
+def _first_line_outside_init(cls: type, pattern: str, skip: str | None = "__init__") -> str | None:
     import inspect
 
     compiled = re.compile(pattern)
@@ -128,6 +134,6 @@ def _first_line_outside_init(cls: type, pattern: str) -> str | None:
         for offset, text in enumerate(lines):
             defined = re.match(r"\s*def (\w+)", text)
             method = defined.group(1) if defined else method
-            if method != "__init__" and compiled.search(text) and filename and is_user_file(filename):
+            if method != skip and compiled.search(text) and filename and is_user_file(filename):
                 return f"{short_path(filename)}:{first + offset}"
     return None

@@ -174,3 +174,55 @@ def test_flax_target_runs_the_jax_doctor(tmp_path):
     [finding] = data["findings"]
     assert (finding["kind"], finding["where"], finding["source"]) == ("closed-over-array", "OFFSET",
                                                                       "flaxnet.py:11")
+
+
+NNX = textwrap.dedent("""\
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    OFFSET = jax.device_put(np.ones(2, np.float32), jax.devices()[1])
+
+
+    class Block(nnx.Module):
+        def __init__(self, rngs):
+            self.norm = nnx.LayerNorm(3, rngs=rngs)
+
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.blocks = nnx.List([Block(rngs)])
+            self.fc = nnx.Linear(3, 2, rngs=rngs)
+
+        def __call__(self, x):
+            return self.fc(self.blocks[0].norm(x)) + OFFSET
+
+
+    model = Net(nnx.Rngs(0))
+
+
+    def make_state():
+        return nnx.state(model)
+    """)
+
+
+def test_an_nnx_module_target_runs_the_jax_doctor_and_names_paths_and_lines(tmp_path):
+    """Before: exit 2, "calling nnxnet.py:model() raised TypeError" (the module was called as a factory)."""
+    (tmp_path / "nnxnet.py").write_text(NNX)
+    done = doctor("nnxnet.py:model", "--input-shape", "B,3", "--devices", "4", "--format", "json", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    data = json.loads(done.stdout)
+    assert data["backend"] == "jax" and data["target"] == "nnxnet.py:model" and len(data["devices"]) == 4
+    found = {(f["kind"], f["where"], f["source"]) for f in data["findings"]}
+    line = {text.strip(): f"nnxnet.py:{n}" for n, text in enumerate(NNX.splitlines(), 1)}
+    assert found == {("closed-over-array", "OFFSET", line["return self.fc(self.blocks[0].norm(x)) + OFFSET"]),
+                     ("nnx-default", "blocks[0].norm", line["self.norm = nnx.LayerNorm(3, rngs=rngs)"])}
+
+
+@pytest.mark.parametrize(("target", "words"), [("Net", "NNX Module class Net"), ("make_state", "NNX State alone")])
+def test_an_nnx_class_or_state_target_is_refused_in_one_line(tmp_path, monkeypatch, capsys, target, words):
+    (tmp_path / "nnxnet.py").write_text(NNX)
+    monkeypatch.chdir(tmp_path)
+    assert main([f"nnxnet.py:{target}", "--input-shape", "8,3"]) == 2
+    [error] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert words in error and ("pass nnxnet.py:" in error or "pass the module itself" in error), error

@@ -11,6 +11,7 @@ import pytest
 import dp_jax
 from comparisons import doctor_jax  # the public spelling: comparisons.doctor_jax
 from comparisons import models as pairs
+from comparisons.models.builtin import BUILTIN_NNX
 
 MODELS_FILE = Path(models.__file__)
 
@@ -138,3 +139,79 @@ def test_every_builtin_flax_model_is_clean(name):
 def test_too_few_devices_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="xla_force_host_platform_device_count"):
         doctor(models.Shifted(), batch(), devices=64)
+
+
+# --- a bound Flax NNX module, given as it is: doctor_jax(model, *inputs) --------------------------------------
+
+
+def test_an_nnx_module_closing_over_a_committed_array_is_flagged_as_the_linen_module_is():
+    from flax import nnx
+
+    x = batch(seed=14)
+    report = doctor_jax(models.NNXOffset(nnx.Rngs(14)), x)
+    linen = doctor(models.Offset(), x)
+    assert report.kinds() == linen.kinds() == ["closed-over-array"]
+    [finding], [linen_finding] = report.findings, linen.findings
+    assert (finding.where, finding.replicas, finding.devices) == ("OFFSET", (0, 2, 3), ("cpu:1",))
+    assert (finding.where, finding.replicas, finding.devices) == (linen_finding.where, linen_finding.replicas,
+                                                                  linen_finding.devices)
+    assert at(finding.source, marked_lines("closed-over-array")) and finding.source != linen_finding.source
+    assert "nnx.Variable" in finding.fix and report.target == "NNXOffset"
+
+
+@pytest.mark.parametrize("device", [0, 3])
+def test_a_committed_array_in_a_static_attribute_of_an_nnx_module_is_named_by_its_path(device):
+    from flax import nnx
+
+    table = jax.device_put(np.full(2, 2.0, np.float32), jax.devices()[device])
+    with pytest.raises(dp_jax.UsageError, match="static value"):  # what dp_jax does with it
+        dp_jax.DataParallel(models.NNXStaticTable(table, nnx.Rngs(0)), device_ids=jax.devices()[:4])(batch())
+    report = doctor_jax(models.NNXStaticTable(table, nnx.Rngs(0)), batch(seed=15 + device))
+    assert report.kinds() == ["closed-over-array"]  # named once, by its path, not again as an unnamed constant
+    [finding] = report.findings
+    assert finding.where == "table.values" and finding.devices == (f"cpu:{device}",)
+    assert finding.replicas == tuple(i for i in range(4) if i != device)
+    assert at(finding.source, marked_lines("closed-over-array")) and "static attribute" in finding.message
+    assert any("did not call it" in note for note in report.notes)
+
+
+def test_a_committed_plain_array_attribute_of_an_nnx_module_is_state_and_clean():
+    from flax import nnx
+
+    shift = jax.device_put(np.ones(2, np.float32), jax.devices()[2])
+    report = doctor_jax(models.NNXShifted(shift, nnx.Rngs(16)), batch(seed=16))
+    assert report.ok, report.render()
+
+
+def test_an_nnx_module_changing_a_global_and_its_own_attribute_while_tracing_is_flagged():
+    from flax import nnx
+
+    model = models.NNXRemembers(nnx.Rngs(17))
+    report = doctor_jax(model, batch(seed=17))
+    assert sorted(report.kinds()) == ["side-effect-in-trace", "state-on-self"]
+    effect = next(f for f in report.findings if f.kind == "side-effect-in-trace")
+    assert effect.where == "SEEN" and at(effect.source, marked_lines("side-effect-in-trace"))
+    assert "tracing the module's call changes SEEN" in effect.message
+    assert "ran 4 time(s)" in effect.message and "in the next 0" in effect.message
+    kept = next(f for f in report.findings if f.kind == "state-on-self")
+    assert kept.where == "calls" and at(kept.source, marked_lines("state-on-self")) and "nnx.Variable" in kept.fix
+    assert model.calls == 0  # the doctor ran copies: the user's module is as it was
+
+
+def test_the_doctors_runs_leave_the_nnx_modules_state_as_it_was():
+    from flax import nnx
+
+    model = models.NNXHonest(3, 2, nnx.Rngs(18))
+    before = jax.tree.map(np.asarray, nnx.state(model))
+    report = doctor_jax(model, batch(seed=18) * 5 + 3)
+    assert report.ok, report.render()
+    after = jax.tree.map(np.asarray, nnx.state(model))
+    assert jax.tree.all(jax.tree.map(np.array_equal, before, after))  # BatchNorm's statistics included
+
+
+@pytest.mark.parametrize("pair", BUILTIN_NNX, ids=lambda p: p.name)
+def test_every_builtin_nnx_twin_is_clean_but_the_embeddings_fixed_float32(pair):
+    inputs, _ = pair.make_inputs(6, 19, np.float32)
+    report = doctor_jax(pair.make_flax(), *pair.to_flax_inputs(inputs), devices=2)
+    assert [(f.kind, f.where) for f in report.findings if f.kind != "nnx-default"] == []
+    assert {f.where for f in report.findings} <= {"embed"}

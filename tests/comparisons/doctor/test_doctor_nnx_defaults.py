@@ -1,11 +1,17 @@
-"""doctor_jax names the NNX layers its function calls whose settings are not torch's, by their path."""
+"""doctor_jax names the NNX layers whose settings are not torch's, by their path: in a function's reach, and in a
+bound NNX module given as it is (doctor_jax(model, *inputs))."""
+from pathlib import Path
+
+import _doctor_models_jax as models
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from comparisons import doctor_jax
+from comparisons.errors import UsageError
 
 
 class Net(nnx.Module):
@@ -29,16 +35,48 @@ def test_an_nnx_layernorm_with_flaxs_epsilon_is_named_at_its_path(features):
     assert not [f for f in report.findings if f.kind == "nnx-default"]
 
 
-def test_an_nnx_module_given_as_the_apply_function_is_refused_naming_the_call_that_works():
-    """Before: a 'run-error' finding from tracing model({}, x), which blamed the user's module."""
-    import pytest
+def marked_lines(kind: str) -> set[str]:
+    lines = Path(models.__file__).read_text().splitlines()
+    return {f"{Path(models.__file__).name}:{n}" for n, text in enumerate(lines, 1)
+            if text.rstrip().endswith(f"# doctor: {kind}")}
 
-    from comparisons.errors import UsageError
 
+def nnx_inputs(features: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((8, features)).astype(np.float32), rng.integers(0, 10, 8)
+
+
+@given(features=st.integers(2, 5), blocks=st.integers(1, 3))
+@settings(max_examples=2, deadline=None)
+def test_an_nnx_module_given_as_it_is_names_flaxs_defaults_at_each_layers_path(features, blocks):
+    model = models.NNXTrapped(features, blocks, nnx.Rngs(features))
+    report = doctor_jax(model, *nnx_inputs(features, blocks), devices=jax.devices()[:2])
+    found: dict[str, set[str]] = {}
+    for finding in report.findings:
+        assert finding.kind == "nnx-default", finding
+        found.setdefault(finding.where, set()).add(finding.fix)
+        assert finding.source is not None and finding.source.split("/")[-1] in marked_lines("nnx-default")
+    assert set(found) == {"embed", "bn", *(f"blocks[{i}].norm" for i in range(blocks))}
+    assert "nnx.BatchNorm(..., momentum=0.9)" in found["bn"]
+    assert all(found[f"blocks[{i}].norm"] == {"nnx.LayerNorm(..., epsilon=1e-05)"} for i in range(blocks))
+    assert "dtype" in next(iter(found["embed"]))
+
+
+@given(features=st.integers(2, 5), blocks=st.integers(1, 3))
+@settings(max_examples=2, deadline=None)
+def test_an_nnx_module_with_torchs_settings_has_no_nnx_default(features, blocks):
+    model = models.NNXHonest(features, blocks, nnx.Rngs(features))
+    report = doctor_jax(model, nnx_inputs(features, blocks)[0], devices=jax.devices()[:2])
+    assert report.ok, report.render()
+
+
+def test_what_is_not_a_bound_nnx_module_is_refused_in_one_line_naming_nnx_and_the_fix():
     model, x = Net(3, 1e-5), np.ones((4, 3), np.float32)
-    for wrong in (model, nnx.state(model), Net):
+    graphdef, state = nnx.split(model)
+    for wrong in (Net, graphdef, state):
         with pytest.raises(UsageError) as error:
             doctor_jax(wrong, {}, x, devices=jax.devices()[:2])
         message = str(error.value)
-        assert "\n" not in message and "doctor_jax: apply_fn is " in message and "NNX" in message, message
-        assert "doctor_jax(lambda variables, *x: model(*x), {}, *inputs)" in message
+        assert "\n" not in message and "NNX" in message and "doctor_jax(model, *inputs)" in message, message
+    with pytest.raises(UsageError, match=r"holds its own state.*doctor_jax\(model, \*inputs\)"):
+        doctor_jax(model, {}, x, devices=jax.devices()[:2])  # the function form's variables, given a module
