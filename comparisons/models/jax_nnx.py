@@ -251,8 +251,8 @@ def _sown_outside_transforms() -> Iterator[None]:
     per-step value leave the transform. So a module called only there has no recorded call (its row reads
     "missing"), and the module around the transform keeps its row: an nnx.RNN's is its whole output, as torch's
     hook on nn.LSTM sees it. Costs one trace-state lookup per sow."""
-    from jax.extend.core import get_opaque_trace_state
     from flax import nnx
+    from jax.extend.core import get_opaque_trace_state
 
     outside, sow = get_opaque_trace_state(convention="nnx"), nnx.Module.__dict__["sow"]
 

@@ -114,5 +114,6 @@ def test_the_derived_mapping_converts_gradients_as_nnx_takes_them():
 def test_a_cell_of_the_wrong_hidden_size_is_named_by_its_path():
     torch_module = _random_torch(3, 4, 0, torch.float32)
     wrong = nnx.eval_shape(lambda: NNXLSTM(3, 5, rngs=nnx.Rngs(0)))
-    with pytest.raises(ConversionError, match=r"params\.lstm\.cell\.dense_i\.kernel.* has shape \(3, 16\).*expects \(3, 20\)"):
+    named = r"params\.lstm\.cell\.dense_i\.kernel.* has shape \(3, 16\).*expects \(3, 20\)"
+    with pytest.raises(ConversionError, match=named):
         torch_to_nnx(torch_module, wrong)
