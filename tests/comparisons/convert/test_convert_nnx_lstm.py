@@ -52,7 +52,7 @@ sizes = st.fixed_dictionaries({"features": st.integers(1, 6), "hidden": st.integ
                                "length": st.integers(1, 5), "seed": st.integers(0, 2**16)})
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(size=sizes, dtype=st.sampled_from([torch.float32, torch.float64]))
 def test_torch_lstm_converts_to_an_nnx_optimized_cell_computing_its_states_and_back_bitwise(size, dtype):
     features, hidden = size["features"], size["hidden"]
@@ -79,7 +79,7 @@ def test_torch_lstm_converts_to_an_nnx_optimized_cell_computing_its_states_and_b
         torch.testing.assert_close(back[name], tensor.detach(), rtol=0, atol=0, msg=name)
 
 
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=3, deadline=None)
 @given(size=sizes)
 def test_an_nnx_optimized_lstm_goes_to_torch_and_back_bitwise(size):
     features, hidden = size["features"], size["hidden"]
