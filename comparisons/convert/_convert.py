@@ -16,6 +16,8 @@ transposes, reshapes and copies), so round trips are bitwise, in float32 and flo
 |           | out_proj.weight (E, E), out_proj.bias (E)      | bias (H, D); out kernel (H, D, E), bias (E) |
 | lstm      | weight_ih_l0 (4H, I), weight_hh_l0 (4H, H),    | params i{i,f,g,o} kernel (I, H);            |
 |           | bias_ih_l0 (4H), bias_hh_l0 (4H)  (gates ifgo) | h{i,f,g,o} kernel (H, H), bias (H)          |
+| lstm_fused| the same (nnx.OptimizedLSTMCell's layout)      | params dense_i kernel (I, 4H) = weight_ih.T;|
+|           |                                                | dense_h kernel (H, 4H), bias (4H)           |
 
 Not weights, so not here: BatchNorm momentum is torch `m` = Flax `1 - m` (`flax_momentum`), and
 torch's `num_batches_tracked` has no Flax counterpart (dropped; kept from `like` on the way back).

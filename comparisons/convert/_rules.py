@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -186,6 +187,39 @@ def _lstm_to_torch(f, layer, check, grads=False):
             "bias_ih_l0": bias, "bias_hh_l0": bias if grads else np.zeros_like(bias)}
 
 
+def _fused_lstm_to_flax(t, layer, check, grads=False):
+    """torch's packed LSTM weights as nnx.OptimizedLSTMCell's: its `dense_i` and `dense_h` Linears hold all four
+    gates side by side in torch's order (i, f, g, o), so each kernel is the torch weight transposed."""
+    w_ih, w_hh = t["weight_ih_l0"], t["weight_hh_l0"]
+    h = w_hh.shape[1]
+    check(w_hh.shape == (4 * h, h), "weight_hh_l0", w_hh.shape, f"(4*H, H) = {(4 * h, h)}")
+    check(w_ih.ndim == 2 and w_ih.shape[0] == 4 * h, "weight_ih_l0", w_ih.shape, f"(4*H, input) with H={h}")
+    bias = t["bias_ih_l0"] if grads else t["bias_ih_l0"] + t["bias_hh_l0"]  # as `_lstm_to_flax`'s
+    return {("params", "dense_i", "kernel"): w_ih.T, ("params", "dense_h", "kernel"): w_hh.T,
+            ("params", "dense_h", "bias"): bias}
+
+
+def _fused_lstm_to_torch(f, layer, check, grads=False):
+    k_i, k_h, bias = (f[("params", *leaf)] for leaf in (("dense_i", "kernel"), ("dense_h", "kernel"),
+                                                           ("dense_h", "bias")))
+    check(k_h.ndim == 2 and k_h.shape[1] == 4 * k_h.shape[0], "dense_h/kernel", k_h.shape, "(H, 4*H)")
+    check(k_i.ndim == 2 and k_i.shape[1] == k_h.shape[1], "dense_i/kernel", k_i.shape, f"(input, {k_h.shape[1]})")
+    return {"weight_ih_l0": k_i.T, "weight_hh_l0": k_h.T,
+            "bias_ih_l0": bias, "bias_hh_l0": bias if grads else np.zeros_like(bias)}
+
+
+_LSTM_KEYS = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
+
+
+def _lstm_rule(to_flax: Callable[..., dict], to_torch: Callable[..., dict], **extra: Any) -> Rule:
+    """An LSTM rule: every torch key required, the gradient forms the same functions with grads=True, and its
+    activations those of the cell's parent (the RNN, the whole recurrence torch's nn.LSTM is)."""
+    return Rule(_LSTM_KEYS, _LSTM_KEYS, (), to_flax, to_torch,
+                lambda tensors, layer, check: to_flax(tensors, layer, check, grads=True),
+                lambda leaves, layer, check: to_torch(leaves, layer, check, grads=True),
+                activations=Activations(flax_module=".."), **extra)
+
+
 RULES: dict[str, Rule] = {
     "linear": Rule(("weight", "bias"), ("weight",), (), _dense_to_flax, _dense_to_torch,
                    flax_names={"weight": "kernel"}),
@@ -208,12 +242,11 @@ RULES: dict[str, Rule] = {
     "mha": Rule(("in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"),
                  ("in_proj_weight", "out_proj.weight"), (), _mha_to_flax, _mha_to_torch,
                  flax_names={"out_proj.weight": "out.kernel", "out_proj.bias": "out.bias"}),
-    "lstm": Rule(("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"),
-                  ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"), (),
-                  _lstm_to_flax, _lstm_to_torch,
-                  lambda tensors, layer, check: _lstm_to_flax(tensors, layer, check, grads=True),
-                  lambda leaves, layer, check: _lstm_to_torch(leaves, layer, check, grads=True),
-                  activations=Activations(flax_module="..")),
+    "lstm": _lstm_rule(_lstm_to_flax, _lstm_to_torch),
+    # torch.nn.LSTM as nnx.OptimizedLSTMCell holds it, gates fused in torch's order (derive_mapping picks it
+    # when the cell has `dense_i`); linen's OptimizedLSTMCell keeps per-gate kernels and converts as "lstm"
+    "lstm_fused": _lstm_rule(_fused_lstm_to_flax, _fused_lstm_to_torch,
+                             flax_names={"weight_ih_l0": "dense_i.kernel", "weight_hh_l0": "dense_h.kernel"}),
 }
 
 

@@ -69,7 +69,8 @@ def judge_side(path: str, float32: Sides, float64: Sides, *, tol: Bounds, measur
     if torch32 is None or flax32 is None:
         absent = "torch" if torch32 is None else "Flax"
         return Side(None, None, "missing", message=f"`{path}`: no value on the {absent} side (no call, a call "
-                    "without a tensor, or one inside a JAX transform such as nn.scan)")
+                    "without a tensor, or one inside a JAX transform such as nn.scan or nnx.scan, whose steps "
+                    "are not recorded: an RNN's row is its whole output)")
     torch32, flax32 = broadcast(torch32, flax32)
     torch64, flax64 = broadcast(_widened(torch64), _widened(flax64))
     side = side_of(judge_trees(path, Sides({path: torch32}, {path: flax32}),

@@ -157,11 +157,15 @@ EMBEDDING_LSTM = ModelPair(
 
 BUILTIN = (MLP, CNN_BN, TRANSFORMER_BLOCK, EMBEDDING_LSTM)
 
-# The NNX twins: the same mapping (nnx_nets names its layers as torch_nets does, and NNX's layers hold linen's
-# leaves), the same inputs and losses; the JAX side an `nnx.Module`.
+# The NNX twins: the same inputs and losses, the JAX side an `nnx.Module`, the same mapping (nnx_nets names its
+# layers as torch_nets does, and NNX's layers hold linen's leaves) but for the LSTM: nnx.OptimizedLSTMCell fuses
+# its gates in `dense_i`/`dense_h` as torch packs them, where linen's OptimizedLSTMCell keeps one kernel per gate.
 _NNX_NETS = {"mlp": "MLP", "cnn_bn": "CNNBN", "transformer_block": "TransformerBlock",
              "embedding_lstm": "EmbeddingLSTM"}
-BUILTIN_NNX = tuple(dataclasses.replace(pair, make_flax=_nnx_net(_NNX_NETS[pair.name]), jax_side=NNX)
+_NNX_MAPPINGS = {"embedding_lstm": (Layer("embedding", "embed", "embed"), Layer("lstm_fused", "lstm", "lstm/cell"),
+                                    Layer("linear", "out", "out"))}
+BUILTIN_NNX = tuple(dataclasses.replace(pair, make_flax=_nnx_net(_NNX_NETS[pair.name]), jax_side=NNX,
+                                        mapping=_NNX_MAPPINGS.get(pair.name, pair.mapping))
                     for pair in BUILTIN)
 _TWINS = {linen.name: {"nnx": nnx, "linen": linen} for linen, nnx in zip(BUILTIN, BUILTIN_NNX, strict=True)}
 

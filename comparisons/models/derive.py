@@ -108,8 +108,20 @@ def _layer(prefix: str, module: Any, names: list[str], hook: FlaxPathHook | None
         raise ConversionError(
             f"derive_mapping: torch module {prefix!r} ({kind}) maps to Flax path {path!r}, which the Flax "
             f"variables lack (close: {close}); pass flax_path=hook where hook({prefix!r}) returns its path")
+    if kind == "lstm":
+        kind, path = _lstm_cell(path, flax_modules)
     heads = getattr(module, "num_heads", None) if kind == "mha" else None
     return Layer(kind, prefix, path, num_heads=heads)
+
+
+def _lstm_cell(path: str, flax_modules: set) -> tuple[str, str]:
+    """(kind, Flax path) of a torch nn.LSTM whose twin sits at `path`: the cell's weights are under `path/cell`
+    when the twin is an RNN (nnx.RNN, nn.RNN), and an NNX OptimizedLSTMCell (its `dense_i`, `dense_h`) fuses the
+    gates as torch does ("lstm_fused"), where per-gate cells convert as "lstm"."""
+    parts = tuple(p for p in path.split("/") if p)
+    if parts + ("cell",) in flax_modules and parts + ("ii",) not in flax_modules:
+        parts += ("cell",)
+    return ("lstm_fused" if parts + ("dense_i",) in flax_modules else "lstm"), "/".join(parts)
 
 
 def _list_path(prefix: str, flax_modules: set) -> str | None:

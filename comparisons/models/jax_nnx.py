@@ -233,7 +233,7 @@ def _recorded_call(model: Any, inputs: tuple, kwargs: dict, targets: dict[str, i
 
     found = {".".join(nnx_key(path)): (path, m) for path, m in nnx.iter_modules(model)}
     wanted = {found[p][0]: index for p, index in targets.items() if p in found}
-    with _inputs_sown({type(found[p][1]) for p in targets if p in found}):
+    with _inputs_sown({type(found[p][1]) for p in targets if p in found}), _sown_outside_transforms():
         output, captured = nnx.capture(model, nnx.Intermediate, method_outputs=nnx.Intermediate)(*inputs, **kwargs)
     flat = {tuple(path): var.get_value() for path, var in nnx.to_flat_state(captured)}
     for path, index in wanted.items():
@@ -241,6 +241,30 @@ def _recorded_call(model: Any, inputs: tuple, kwargs: dict, targets: dict[str, i
         for k, out in enumerate(outputs):
             record(index, ((ins[k] if k < len(ins) else None,), {}), out)
     return output
+
+
+@contextlib.contextmanager
+def _sown_outside_transforms() -> Iterator[None]:
+    """While the block runs, `Module.sow` stores nothing when called inside a JAX transform that the capture runs
+    around (nnx.scan, as nnx.RNN steps its cell; nnx.vmap; nnx.remat). Why: a value sown there adds to state the
+    transform carries, and jax.lax.scan refuses a carry whose structure changed (a TypeError); nor could a traced
+    per-step value leave the transform. So a module called only there has no recorded call (its row reads
+    "missing"), and the module around the transform keeps its row: an nnx.RNN's is its whole output, as torch's
+    hook on nn.LSTM sees it. Costs one trace-state lookup per sow."""
+    from flax import nnx
+    from jax.extend.core import get_opaque_trace_state
+
+    outside, sow = get_opaque_trace_state(convention="nnx"), nnx.Module.__dict__["sow"]
+
+    def sow_outside_transforms(self, *args, **kwargs):
+        if get_opaque_trace_state(convention="nnx") != outside:
+            return False
+        return sow(self, *args, **kwargs)
+    nnx.Module.sow = sow_outside_transforms
+    try:
+        yield
+    finally:
+        nnx.Module.sow = sow
 
 
 @contextlib.contextmanager

@@ -7,11 +7,11 @@ Defaults copy torch's, not NNX's: LayerNorm epsilon 1e-5 (NNX: 1e-6), exact GELU
 approximation), and `TorchBatchNorm` (nnx.BatchNorm keeps the *biased* batch variance in its
 running average, torch the unbiased one).
 
-Layout notes for conversion: every layer holds linen's leaves under linen's names, so each pair's
-linen mapping converts its NNX twin too. The LSTM is `nnx.LSTMCell`, one kernel per gate as linen's
-cells hold them (`ii`, `if_` (NNX's spelling of linen's `if`), `ig`, `io`, and `hi`..`ho` with the
-bias): the converter has no rule for `nnx.OptimizedLSTMCell`, whose `dense_i`/`dense_h` fuse the
-gates. `nnx.MultiHeadAttention` keeps linen's per-head (E, heads, head_dim) kernels.
+Layout notes for conversion: every layer but the LSTM holds linen's leaves under linen's names, so
+each pair's linen mapping converts its NNX twin too. The LSTM is `nnx.RNN(nnx.OptimizedLSTMCell)`, as
+porting.md maps torch's nn.LSTM: its `dense_i`/`dense_h` fuse the four gates in torch's order, where
+linen's cells keep a kernel per gate, so its pair maps it as kind "lstm_fused" (builtin.py).
+`nnx.MultiHeadAttention` keeps linen's per-head (E, heads, head_dim) kernels.
 """
 from __future__ import annotations
 
@@ -110,11 +110,11 @@ class TransformerBlock(nnx.Module):
 
 
 class EmbeddingLSTM(nnx.Module):
-    """Embed -> nnx.RNN(LSTMCell) (zero initial carry) -> Linear on the last step."""
+    """Embed -> nnx.RNN(OptimizedLSTMCell) (zero initial carry) -> Linear on the last step."""
 
     def __init__(self, vocab: int = 20, dim: int = 8, hidden: int = 16, classes: int = 5, *, rngs: nnx.Rngs):
         self.embed = nnx.Embed(vocab, dim, rngs=rngs)
-        self.lstm = nnx.RNN(nnx.LSTMCell(dim, hidden, rngs=rngs))
+        self.lstm = nnx.RNN(nnx.OptimizedLSTMCell(dim, hidden, rngs=rngs))
         self.out = nnx.Linear(hidden, classes, rngs=rngs)
 
     def __call__(self, tokens: jax.Array) -> jax.Array:

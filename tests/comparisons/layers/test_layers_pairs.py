@@ -26,14 +26,8 @@ def assert_honest(report, order):
     assert report.first_divergence is None and report.replica_divergences == []
 
 
-# The NNX layer view cannot record inside nnx.RNN: nnx.capture's intermediates, sown in the RNN's scan, change its
-# carry's structure (TypeError from jax.lax.scan; comparisons/models/jax_nnx.py `_recorded_call`). The linen twin
-# keeps the LSTM row covered; strict, so the NNX case passes here once the recorder handles a scan.
-RNN_GAP = pytest.mark.xfail(raises=TypeError, strict=True, reason="the NNX layer view fails inside nnx.RNN's scan")
-
-
 @pytest.mark.parametrize("name, flax", [("mlp", "nnx"), ("mlp", "linen"), ("embedding_lstm", "linen"),
-                                        pytest.param("embedding_lstm", "nnx", marks=RNN_GAP),
+                                        ("embedding_lstm", "nnx"),
                                         pytest.param("cnn_bn", "nnx", marks=pytest.mark.slow),
                                         pytest.param("transformer_block", "nnx", marks=pytest.mark.slow)])
 def test_a_built_in_pair_names_no_divergence_and_rows_follow_torchs_order(name, flax):
