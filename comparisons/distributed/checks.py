@@ -45,8 +45,11 @@ def single_process_runs(config: WorkerConfig, processes: int, sides) -> LocalRun
     import torch
 
     from comparisons.distributed.pairs import in_api
+    from comparisons.runs import set_jax_cpu_devices
     from comparisons.runs.torch_run import run_torch
 
+    if "jax" in sides:  # before the build: an NNX twin's RNG key starts JAX, fixing its device count
+        set_jax_cpu_devices(processes * config.devices)
     pair = in_api(config.pair, config.flax)
     pair, (module, flax_module, variables) = pair.build_declared(seed=config.seed, dtype=np.dtype(config.dtype))
     inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))

@@ -36,8 +36,8 @@ def train(config: Any, rank: int, pair: Any, model: Any, data: tuple) -> dict[st
     n_in = len(inputs)
     model.train()
     dp = dp_jax.DataParallel(model, jax.devices(), strategy="sharded")
-    train_step = dp.train_step(optax_optimizer(config.optimizer, pair.frozen), _loss_fn(pair, n_in),
-                               return_grads=True)  # the optimizer leaves what torch freezes, by path, as compare's
+    tx = optax_optimizer(config.optimizer, frozen_as_keyed(model, pair.frozen))  # what torch freezes stays
+    train_step = dp.train_step(tx, _loss_fn(pair, n_in), return_grads=True)
     mesh = train_step.placement.mesh
     rows = step.process_rows(config.batch_size, mesh)
     batch = [step.global_batch(mesh, a[rows]) for a in (*pair.to_flax_inputs(inputs), targets)]
@@ -65,6 +65,17 @@ def _loss_fn(pair: Any, n_inputs: int) -> Any:
     def loss_fn(dp: Any, *batch: Any) -> Any:
         return pair.loss_jax(dp(*batch[:n_inputs]), batch[n_inputs])
     return loss_fn
+
+
+def frozen_as_keyed(model: Any, frozen: tuple[str, ...]) -> tuple[str, ...]:
+    """The dotted paths of `model`'s nnx.Params frozen in torch, spelled as dp_jax's NNX step keys them (NNX's
+    `if_`, where `frozen`, a Flax path, reads linen's `if`)."""
+    from flax import nnx
+
+    from comparisons.convert import nnx_key
+
+    paths = [path for path, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))]
+    return tuple(".".join(map(str, path)) for path in paths if ".".join(nnx_key(path)) in frozen)
 
 
 def place_state(model: Any, everywhere: NamedSharding) -> None:
@@ -102,7 +113,10 @@ def collections(model: Any) -> dict:
 
 
 def _nested(by_path: dict) -> dict:
-    """{'fc1.kernel': g} (dp_jax's NNX gradients, by dotted state path) as {'fc1': {'kernel': g}}."""
+    """{'fc1.kernel': g} (dp_jax's NNX gradients, by dotted state path) as the variables key them,
+    {'fc1': {'kernel': g}} (NNX's `if_` as linen's `if`, as `NNXApply.init`)."""
     from flax.traverse_util import unflatten_dict
 
-    return unflatten_dict({tuple(path.split(".")): leaf for path, leaf in by_path.items()})
+    from comparisons.convert import nnx_key
+
+    return unflatten_dict({nnx_key(tuple(path.split("."))): leaf for path, leaf in by_path.items()})

@@ -93,6 +93,23 @@ def test_the_nnx_step_trains_as_nnx_optimizer_does_on_one_device():
     assert result["trained"].startswith(NNX_MODULE_TRAINED) and result["stats_first"] == {}
 
 
+def test_what_torch_freezes_stays_and_is_found_under_nnxs_spelling():
+    from comparisons.distributed import multihost_nnx
+
+    lstm = builtin.BUILTIN_NNX[3].make_flax()  # nnx.LSTMCell's `if_` is the Flax path's `if`
+    assert multihost_nnx.frozen_as_keyed(lstm, ("lstm.cell.if.kernel", "out.bias", "nowhere.kernel")) == (
+        "lstm.cell.if_.kernel", "out.bias")
+    frozen = random.choice(["fc1.kernel", "fc2.bias", "out.kernel"])
+    config = WorkerConfig("mlp", 8, 2, optimizer=random.choice(["sgd", "adam"]), seed=SEED, flax="nnx")
+    pair, built = builtin.BUILTIN_NNX[0].build_declared(seed=SEED)
+    data = pair.make_inputs(config.batch_size, SEED, np.float32)
+    result = multihost_nnx.train(config, 0, dataclasses.replace(pair, frozen=(frozen,)),
+                                 built.flax.module_with(built.variables), data)
+    for path in ("fc1.kernel", "fc2.bias", "out.kernel"):
+        before, after = _at(built.variables["params"], path.split(".")), _at(result["params"], path.split("."))
+        assert np.array_equal(before, after) == (path == frozen), path
+
+
 def _at(tree: dict, keys: list[str]):
     for key in keys:
         tree = tree[key]
