@@ -168,20 +168,13 @@ def _load_user_pairs(args: argparse.Namespace):
 
 
 def _in_flax_api(named, args: argparse.Namespace):
-    """The pair (or the name) in the Flax API --flax asks for, refused now, naming --flax, when it cannot be: a
-    pair of the user's own in another API, or a built-in pair's NNX twin under --processes (its workers load the
-    registered linen twin by name)."""
+    """The pair in the Flax API --flax asks for, refused now, naming --flax, when it cannot be (a pair of the user's
+    own in another API). Under --processes the name goes on: the workers pick the twin again from --flax."""
     from comparisons.harness import model_pair
-    from comparisons.models.builtin import flax_apis, in_flax_api
+    from comparisons.models.builtin import in_flax_api
 
-    pair = model_pair(named)
-    chosen = in_flax_api(pair, args.flax, flag="--flax", caller=args.command)
-    if getattr(args, "processes", None) is None:
-        return chosen
-    if args.flax == "nnx" and len(flax_apis(pair)) > 1:
-        raise UsageError(f"run --processes: --flax nnx is not supported yet: the multi-process comparison runs the "
-                         f"built-in pair {pair.name!r} in its linen twin; pass --flax linen or drop --processes")
-    return named
+    chosen = in_flax_api(model_pair(named), args.flax, flag="--flax", caller=args.command)
+    return chosen if getattr(args, "processes", None) is None else named
 
 
 def _model_name(args: argparse.Namespace, pair) -> str:

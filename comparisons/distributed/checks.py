@@ -44,10 +44,13 @@ def single_process_runs(config: WorkerConfig, processes: int, sides) -> LocalRun
     """Train the one-process references in this process (JAX gets P x D CPU devices if it has not started)."""
     import torch
 
-    from comparisons import models
+    from comparisons.distributed.pairs import in_api
+    from comparisons.runs import set_jax_cpu_devices
     from comparisons.runs.torch_run import run_torch
 
-    pair = models.get(config.pair)
+    if "jax" in sides:  # before the build: an NNX twin's RNG key starts JAX, fixing its device count
+        set_jax_cpu_devices(processes * config.devices)
+    pair = in_api(config.pair, config.flax)
     pair, (module, flax_module, variables) = pair.build_declared(seed=config.seed, dtype=np.dtype(config.dtype))
     inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
     run_config = RunConfig(batch_size=config.batch_size, steps=config.steps, optimizer=config.optimizer,
@@ -94,10 +97,10 @@ def _jax_run(run: RunInputs, flax_module, variables, n: int) -> BackendRun:
 def report(config: WorkerConfig, processes: int, sides, local: LocalRuns, results: dict[str, list[dict]],
            seconds: float) -> ComparisonReport:
     """Every check, the placements (process x device) and notes, in one ComparisonReport."""
-    from comparisons import models
     from comparisons.distributed import judge
+    from comparisons.distributed.pairs import in_api
 
-    pair, tol = models.get(config.pair), TOLERANCES[config.dtype]
+    pair, tol = in_api(config.pair, config.flax), TOLERANCES[config.dtype]
     mesh = processes * config.devices
     checks: list[Check] = []
     if "torch" in sides:
@@ -111,7 +114,7 @@ def report(config: WorkerConfig, processes: int, sides, local: LocalRuns, result
     torch_rows = [b - a for a, b in chunk_rows(config.batch_size, processes)]
     with_jax = "jax" in sides
     return ComparisonReport(
-        model=config.pair, batch_size=config.batch_size, devices=mesh if with_jax else processes,
+        model=config.pair, flax=config.flax, batch_size=config.batch_size, devices=mesh if with_jax else processes,
         chunk_sizes=[config.batch_size // mesh] * mesh if with_jax else torch_rows,
         strategies=[JAX_LABEL] if with_jax else ["none (torch only)"], steps=config.steps,
         optimizer=config.optimizer, dtype=config.dtype, seed=config.seed,
@@ -132,8 +135,8 @@ def _notes(config, processes, sides, torch_rows, results, seconds) -> list[str]:
         notes.append(f"jax: {processes} process(es) x {config.devices} CPU device(s) (jax.distributed, gloo "
                      f"collectives), one mesh of {processes * config.devices}; slowest process {worst:.1f} s")
         notes.append(_jax_device_names(results["jax"], config.devices))
-        notes.append("jax step: dp_jax's compiled step (DataParallel(strategy='sharded').value_and_grad and "
-                     "train_step) over every process's devices; the batch built from each process's rows")
+        notes.append(f"jax step: {results['jax'][0]['trained']}, over every process's devices; the batch built "
+                     "from each process's rows")
     notes.append(f"wall time {seconds:.1f} s: the multi-process runs and the one-process references together")
     return notes
 

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 PROCESSES_HELP = (
     "run multi-process instead: PyTorch's DistributedDataParallel on P local ranks (gloo) and JAX on P "
     "processes (jax.distributed) x --devices CPU devices each, one global mesh, both checked against "
-    "one-process DataParallel (dp_torch, dp_jax); any pair: the workers import what --pair / --import name "
+    "one-process DataParallel (dp_torch, dp_jax); any pair, a built-in one in the Flax API of --flax: the workers "
+    "import what --pair / --import name "
     "(an installed package's pair: the module holding it); --batch defaults to 4 rows per JAX device and must split "
     "evenly over P x devices; exit status 3 when a worker fails or hangs (its rank and stderr are printed)")
 
@@ -38,7 +39,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None, pair: st
         imports = [*(getattr(args, "imports", None) or ()), *(getattr(args, "pairs", None) or ())]
         return compare_distributed(pair, imports=imports, processes=args.processes, devices=args.devices,
                                    batch_size=batch, steps=args.steps, optimizer=args.optimizer, dtype=args.dtype,
-                                   seed=args.seed)
+                                   seed=args.seed, flax=args.flax)
     except LaunchError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(3) from None

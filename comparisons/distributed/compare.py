@@ -32,7 +32,8 @@ WORKERS = {"torch": "comparisons.distributed.torch_worker", "jax": "comparisons.
 def compare_distributed(pair: str | ModelPair, *, processes: int = 2, devices: int = 2, batch_size: int | None = None,
                         steps: int = 2, optimizer: str = "sgd", dtype: str = "float32", seed: int = 0,
                         sides: Sequence[str] = SIDES, timeout: float = 120.0,
-                        rendezvous_timeout: float = 60.0, imports: Sequence[str] = ()) -> ComparisonReport:
+                        rendezvous_timeout: float = 60.0, imports: Sequence[str] = (),
+                        flax: str | None = None) -> ComparisonReport:
     """Run `pair` under DDP (P ranks) and multi-process JAX (P x D devices); judge them in one report.
 
     Args:
@@ -48,6 +49,9 @@ def compare_distributed(pair: str | ModelPair, *, processes: int = 2, devices: i
         workers' init_process_group / jax.distributed.initialize.
       imports: what the workers import before they look the pair up: 'module' (it registers the pair)
         or 'module:NAME' (a ModelPair object), as the CLI's --import and --pair.
+      flax: the Flax API of a built-in pair's JAX twin, as compare()'s: "nnx" (None, the default) or "linen";
+        a pair of your own runs in its own API (another is refused). An NNX twin trains in every JAX process
+        as a user trains one: the module itself under dp_jax.DataParallel (multihost_nnx.py).
     Cost: 2 P Python processes (imports ~5-10 s each on a busy 2-core machine) plus the
     single-process runs, which overlap with them. Raises LaunchError when a rank fails or hangs.
     """
@@ -59,7 +63,8 @@ def compare_distributed(pair: str | ModelPair, *, processes: int = 2, devices: i
     _check_processes(processes)
     config = _config(name, imports, sides, rendezvous_timeout, processes, Settings(
         batch_size=4 * processes * devices if batch_size is None else batch_size, devices=devices, steps=steps,
-        optimizer=optimizer, dtype=dtype, seed=seed, strategies=("explicit",), precision="off", caller=CALLER))
+        optimizer=optimizer, dtype=dtype, seed=seed, strategies=("explicit",), precision="off", flax=flax,
+        caller=CALLER))
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         runs = {side: stack.enter_context(_launch(side, config, processes, timeout)) for side in sides}
@@ -88,9 +93,12 @@ def _worker_path(config: WorkerConfig) -> str:
 def _pair_name(pair: Any) -> str:
     """`pair`'s name; a ModelPair object is registered first (its name must be free or its own)."""
     from comparisons import models
+    from comparisons.models.builtin import flax_apis
 
     if not isinstance(pair, models.ModelPair):
         return pair
+    if len(flax_apis(pair)) > 1:  # a built-in pair's twin (either API): registered by name, its API from flax=
+        return pair.name
     if pair.name not in models.names():
         models.register(pair)
     elif models.get(pair.name) is not pair:
@@ -102,9 +110,10 @@ def _pair_name(pair: Any) -> str:
 def _config(pair: str, imports: Sequence[str], sides: Sequence[str], rendezvous_timeout: float, processes: int,
             settings: Settings) -> WorkerConfig:
     """The workers' config: `settings` (checked) for the registered `pair` on `processes`, once `imports`,
-    `sides` and the batch's split over the ranks and the mesh are checked."""
+    `sides`, the Flax API and the batch's split over the ranks and the mesh are checked."""
     from comparisons import models
-    from comparisons.distributed.pairs import pair_sources
+    from comparisons.distributed.pairs import in_api, pair_sources
+    from comparisons.models.builtin import flax_api
 
     if not isinstance(pair, str) or pair not in models.names():
         raise ComparisonError(f"compare_distributed: pair={pair!r} is not a registered pair; pass one of "
@@ -115,8 +124,9 @@ def _config(pair: str, imports: Sequence[str], sides: Sequence[str], rendezvous_
     sources = pair_sources(pair, imports)
     _check_sides(sides)
     _check_split(settings.batch_size, processes, settings.devices, sides)
+    api = flax_api(in_api(pair, settings.flax))  # a pair of one's own in another API is refused here, by name
     return WorkerConfig(pair, settings.batch_size, settings.steps, settings.optimizer, settings.dtype, settings.seed,
-                        settings.devices, float(rendezvous_timeout), sources)
+                        settings.devices, float(rendezvous_timeout), sources, api)
 
 
 def process_limit() -> int:

@@ -15,7 +15,8 @@ class WorkerConfig:
     `devices` is the number of (emulated CPU) devices per JAX process; torch ranks use one CPU each.
     `rendezvous_timeout` bounds `init_process_group` / `jax.distributed.initialize` (seconds).
     `sources` are what a worker imports before it looks `pair` up ('module' or 'module:NAME'; none for a
-    built-in pair): comparisons/distributed/pairs.py.
+    built-in pair): comparisons/distributed/pairs.py. `flax` is the Flax API of the JAX twin ("nnx", "linen"; None:
+    the pair has no Flax model): a built-in pair's twin in that API, any other pair in its own.
     """
 
     pair: str
@@ -27,6 +28,7 @@ class WorkerConfig:
     devices: int = 1
     rendezvous_timeout: float = 60.0
     sources: tuple[str, ...] = ()
+    flax: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

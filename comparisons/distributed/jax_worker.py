@@ -18,6 +18,9 @@ import sys
 import time
 from typing import Any
 
+TRAINED = ("dp_jax's compiled step (DataParallel(apply, strategy='sharded').value_and_grad and train_step) on "
+           "the variables")
+
 
 def configure(devices: int, x64: bool) -> None:
     """Before JAX starts: `devices` CPU devices in this process and gloo CPU collectives.
@@ -58,16 +61,30 @@ def main(argv: list[str]) -> int:
 
 
 def train(config: Any, rank: int) -> dict[str, Any]:
-    """K steps of dp_jax's compiled step over the global mesh; the numbers and placement this process sees."""
-    import jax
+    """K steps over the global mesh: the numbers and placement this process sees. A linen twin (or a FlaxApply)
+    trains through dp_jax's compiled steps on its variables; an NNX twin as its module, in place
+    (multihost_nnx.py)."""
     import numpy as np
 
-    from comparisons.distributed import multihost_step as step
-    from comparisons.distributed import pairs
+    from comparisons.distributed import multihost_nnx, pairs
+    from comparisons.models.jax_nnx import NNXApply
 
-    pair = pairs.load(config.pair, config.sources, config.seed)
+    pair = pairs.load(config.pair, config.sources, config.seed, config.flax)
     pair, (_, flax_module, variables) = pair.build_declared(seed=config.seed, dtype=np.dtype(config.dtype))
-    inputs, targets = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
+    data = pair.make_inputs(config.batch_size, config.seed, np.dtype(config.dtype))
+    if isinstance(flax_module, NNXApply):
+        return multihost_nnx.train(config, rank, pair, flax_module.module_with(variables), data)
+    return _train_variables(config, rank, pair, flax_module, variables, data)
+
+
+def _train_variables(config: Any, rank: int, pair: Any, flax_module: Any, variables: dict, data: tuple
+                     ) -> dict[str, Any]:
+    """dp_jax's value_and_grad and train_step of a linen-style apply, on replicated variables."""
+    import jax
+
+    from comparisons.distributed import multihost_step as step
+
+    inputs, targets = data
     n_in = len(inputs)
     grad_step, train_step, tx = step.compiled_steps(pair, flax_module, config.optimizer, n_in)
     mesh = grad_step.placement.mesh  # dp_jax's mesh over jax.devices(): the batch goes straight in
@@ -75,7 +92,7 @@ def train(config: Any, rank: int) -> dict[str, Any]:
     batch = [step.global_batch(mesh, a[rows]) for a in (*pair.to_flax_inputs(inputs), targets)]
     params, state = step.replicated(mesh, variables)
     opt_state = tx.init(params)
-    result: dict[str, Any] = {"rank": rank, "rows": (rows.start, rows.stop)}
+    result: dict[str, Any] = {"rank": rank, "rows": (rows.start, rows.stop), "trained": TRAINED}
     for k in range(config.steps):
         if k == 0:  # the first step's output and gradients, from dp_jax's value_and_grad step
             (loss, (output, updated)), grads = grad_step({"params": params, **state}, *batch)
@@ -84,8 +101,7 @@ def train(config: Any, rank: int) -> dict[str, Any]:
                           placement=step.placement(mesh, params, state, tuple(batch[:n_in]), output,
                                                    grads["params"]).to_rows())
         params, opt_state, state, loss = train_step(params, opt_state, state, *batch)
-        print(f"jax process {rank}: step {k + 1}/{config.steps} loss {float(step.local(loss)):.6f}",
-              file=sys.stderr)
+        step.log_loss(rank, k, config.steps, loss)
     result.update(params=step.local(params), stats_last=step.local(state.get("batch_stats", {})),
                   devices=[str(d) for d in jax.local_devices()])
     return result

@@ -79,6 +79,13 @@ def compiled_steps(pair: Any, flax_module: Any, optimizer: str, n_inputs: int) -
             wrapper.train_step(tx, with_collections, has_aux=True), tx)
 
 
+def log_loss(rank: int, k: int, steps: int, loss: jax.Array) -> None:
+    """One line on stderr per step: what a hung or slow run's log shows of its progress."""
+    import sys
+
+    print(f"jax process {rank}: step {k + 1}/{steps} loss {float(local(loss)):.6f}", file=sys.stderr)
+
+
 def local(tree: Any) -> Any:
     """Host copies of replicated arrays, read from this process's first device (no communication)."""
     return jax.tree.map(lambda a: np.asarray(a.addressable_data(0)).copy(), tree)

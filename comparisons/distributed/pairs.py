@@ -79,9 +79,18 @@ def seed_imports(seed: int) -> None:
     random.seed(seed)
 
 
-def load(name: str, sources: Sequence[str], seed: int) -> ModelPair:
-    """In a worker: import `sources` (registering their pairs) under `seed_imports(seed)`, then the pair `name`."""
+def in_api(name: str, flax: str | None) -> ModelPair:
+    """The registered pair `name` in the Flax API `flax`: a built-in pair's twin in that API (None: NNX, as
+    `compare` picks), any other pair itself (compare_distributed has refused another API by name already)."""
     from comparisons import models
+    from comparisons.models.builtin import in_flax_api
+
+    return in_flax_api(models.get(name), flax, caller="compare_distributed")
+
+
+def load(name: str, sources: Sequence[str], seed: int, flax: str | None = None) -> ModelPair:
+    """In a worker: import `sources` (registering their pairs) under `seed_imports(seed)`, then the pair `name` in
+    the Flax API `flax` (`in_api`)."""
     from comparisons.models import user_pairs
 
     seed_imports(seed)
@@ -90,4 +99,4 @@ def load(name: str, sources: Sequence[str], seed: int) -> ModelPair:
             user_pairs.load_pair(source, flag="--pair")
         else:
             user_pairs.import_module(source)
-    return models.get(name)
+    return in_api(name, flax)

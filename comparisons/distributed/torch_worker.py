@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
 
 def train(config: WorkerConfig, rank: int, world: int) -> dict[str, Any]:
     """K DDP steps on this rank's rows of the global batch; the numbers and placement to hand back."""
-    pair = pairs.load(config.pair, config.sources, config.seed)
+    pair = pairs.load(config.pair, config.sources, config.seed, config.flax)
     dtype = np.dtype(config.dtype)
     module = torch_model(pair, config.seed, dtype)
     inputs, targets = pair.make_inputs(config.batch_size, config.seed, dtype)

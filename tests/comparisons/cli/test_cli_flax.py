@@ -3,6 +3,7 @@ the comparison itself replaced (`harness.compare_settings`): what reaches it is 
 from __future__ import annotations
 
 import dataclasses
+import random
 import re
 from pathlib import Path
 
@@ -49,14 +50,38 @@ def test_run_refuses_the_other_api_for_a_pair_of_ones_own_before_comparing(compa
     assert [pair.name for pair, _ in comparison] == ["tiny_tanh"]
 
 
-def test_run_refuses_an_unknown_api_and_nnx_under_processes_by_flag(comparison, capsys):
+def test_run_refuses_an_unknown_api_by_flag(comparison, capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(["run", "--model", "mlp", "--flax", "haiku"])
     assert exited.value.code == 2 and "--flax: invalid choice: 'haiku' (choose from 'nnx', 'linen')" in \
         capsys.readouterr().err
-    assert cli.main(["run", "--model", "mlp", "--processes", "2", "--flax", "nnx"]) == 2
-    assert "run --processes: --flax nnx is not supported yet" in capsys.readouterr().err
     assert comparison == []
+
+
+@pytest.fixture
+def distributed(monkeypatch) -> list:
+    """compare_distributed replaced: each call's (pair, keywords) is recorded, and a passing report returned."""
+    from comparisons.distributed import compare
+
+    calls = []
+    monkeypatch.setattr(compare, "compare_distributed",
+                        lambda pair, **kwargs: calls.append((pair, kwargs)) or small_report())
+    return calls
+
+
+@pytest.mark.parametrize("flags, api", [([], None), (["--flax", "nnx"], "nnx"), (["--flax", "linen"], "linen")])
+def test_run_processes_hands_the_flax_api_to_the_multi_process_comparison(distributed, comparison, flags, api):
+    model = random.choice([pair.name for pair in builtin.BUILTIN])
+    assert cli.main(["run", "--model", model, "--processes", "2", "--format", "json", *flags]) == 0
+    assert [(pair, kwargs["flax"], kwargs["processes"]) for pair, kwargs in distributed] == [(model, api, 2)]
+    assert comparison == []  # not the one-process comparison
+
+
+def test_run_processes_refuses_the_other_api_for_a_pair_of_ones_own(distributed, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(FIXTURE))
+    assert cli.main(["run", "--pair", "tiny_pairs:TINY", "--processes", "2", "--flax", "nnx"]) == 2
+    assert "error: run: --flax nnx does not apply to pair 'tiny_tanh'" in capsys.readouterr().err
+    assert distributed == []
 
 
 def test_list_shows_each_pairs_flax_apis(monkeypatch, capsys):
