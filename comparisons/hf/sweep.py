@@ -118,6 +118,19 @@ def tiny_config(family: str) -> Any:
     return config
 
 
+def head_config(family: str, torch_class: str) -> Any:
+    """The tiny config `torch_class` is built on: the family's (`tiny_config`), or the part of it of the class the
+    head takes (CLIPTextModel takes the CLIP config's text_config, CLIPVisionModel its vision_config). Costs one
+    `tiny_config`."""
+    import transformers
+
+    config = tiny_config(family)
+    wanted = getattr(transformers, torch_class).config_class
+    if isinstance(config, wanted):
+        return config
+    return next((part for part in vars(config).values() if isinstance(part, wanted)), config)
+
+
 def _shrink(config: Any, family: str) -> None:
     for name, value in _SIZES.items():
         if hasattr(config, name):
@@ -159,7 +172,7 @@ def run_family(family: str, torch_class: str, flax_class: str, *, strategies: Se
         note = version_note(getattr(transformers, flax_class))
         if note:
             return outcome("version_note", note)
-        config = tiny_config(family)
+        config = head_config(family, torch_class)
         torch.manual_seed(0)
         if torch_class.endswith("ForCausalLM") and hasattr(config, "is_decoder"):
             config.is_decoder = True  # a causal LM head on a BERT-like encoder is causal only when told

@@ -21,7 +21,7 @@ from .declared import padding_rows
 from .jax_flax_apply import FLAX_APPLY, FlaxApply
 from .jax_linen import LINEN
 from .jax_nnx import NNX, is_nnx_module, nnx_kind, short_description
-from .pair import ModelPair
+from .pair import ModelPair, omitted_loss, refuse_an_omitted_loss
 
 FlaxPathHook = Callable[[str], "str | None"]
 
@@ -159,7 +159,8 @@ def _flax_module_paths(flat: Mapping[tuple, Any]) -> set[tuple[str, ...]]:
 
 
 def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
-                      make_inputs: Callable[[int, int, Any], tuple], loss_torch: Callable, loss_jax: Callable,
+                      make_inputs: Callable[[int, int, Any], tuple], loss_torch: Callable = omitted_loss,
+                      loss_jax: Callable = omitted_loss,
                       variables: Any = None, to_flax_inputs: Callable[[tuple], tuple] | None = None,
                       flax_path: FlaxPathHook | None = None, torch_only: tuple[str, ...] = (),
                       flax_only: tuple[str, ...] = (), known_differences: tuple[str, ...] = (),
@@ -172,7 +173,7 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
       flax_model: an `nnx.Module` instance (its nnx.Param and nnx.BatchStat state are its variables, keyed by
         state path: torch `blocks.0.fc` is NNX `blocks[0].fc`), a linen Module taking `train=`, or a
         `FlaxApply` (e.g. `comparisons.hf.flax_apply`).
-      make_inputs / loss_torch / loss_jax / to_flax_inputs: as in `ModelPair`.
+      make_inputs / loss_torch / loss_jax / to_flax_inputs: as in `ModelPair` (both losses, or a one-line refusal).
       variables: Flax variables converted by another tool (transformers' `from_pt`): used as they
         are, and checked against this pair's own conversion of `torch_module` (bitwise). None:
         convert `torch_module`'s weights with the derived mapping.
@@ -181,6 +182,7 @@ def pair_from_modules(name: str, torch_module: Any, flax_model: Any, *,
       description: for `comparisons list`; default "torch <torch class> -> Flax <Flax class>".
     Costs one trace of the Flax init (`jax.eval_shape`, no compile) when `variables` is None.
     """
+    refuse_an_omitted_loss(f"pair_from_modules {name!r}", loss_torch, loss_jax)
     _check_sides(torch_module, flax_model)
     api = "Flax NNX" if is_nnx_module(flax_model) else "Flax"
     description = description or (f"torch {type(torch_module).__name__} -> "

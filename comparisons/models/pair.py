@@ -20,6 +20,28 @@ def _same_layout(arrays: tuple) -> tuple:
     return arrays
 
 
+def omitted_loss(output: Any, targets: Any) -> Any:
+    """The default of a loss left out of `ModelPair` or `pair_from_modules`: never called, refused by name first
+    (`refuse_an_omitted_loss`), so a pair never trains one side on a loss the other side does not compute."""
+    raise AssertionError("omitted_loss is a marker; refuse_an_omitted_loss refuses it before any run")
+
+
+def refuse_an_omitted_loss(where: str, loss_torch: Any, loss_jax: Any) -> None:
+    """Refuse a pair given one loss without its twin, or neither, in one line naming both arguments and the fix.
+
+    `where` names the call ("pair_from_modules 'gpt2'"). Python's own "missing 1 required keyword-only argument"
+    named one argument and no fix; one loss paired with another derived loss fails an honest pair as `port`."""
+    omitted = [name for name, loss in (("loss_torch", loss_torch), ("loss_jax", loss_jax)) if loss is omitted_loss]
+    if len(omitted) == 2:
+        raise UsageTypeError(f"{where}: no loss given; {_BOTH_LOSSES}")
+    if omitted:
+        missing, given = omitted[0], {"loss_torch": "loss_jax", "loss_jax": "loss_torch"}[omitted[0]]
+        framework = "JAX" if missing == "loss_jax" else "torch"
+        raise UsageTypeError(f"{where}: {given}= without {missing}=; pass {missing}= too, the same loss in "
+                             f"{framework}, (output, targets) -> scalar (one alone would train one side on "
+                             "another loss)")
+
+
 _BOTH_LOSSES = ("pass loss_torch= and loss_jax=, the same loss in each framework, (output, targets) -> scalar "
                 "(one alone would train one side on another loss)")
 _FUNCTIONS = {"make_torch": "pass a function returning the torch model: make_torch=lambda: MyNet()",
@@ -44,7 +66,8 @@ class ModelPair:
       mapping: `Layer` entries converting the torch state_dict to Flax variables and back.
       make_inputs: (batch_size, seed, dtype) -> (inputs, targets), numpy, in the torch layout;
         `dtype` is the float dtype (integer inputs such as token ids are int32).
-      loss_torch / loss_jax: (output, targets) -> scalar; the same loss in each framework.
+      loss_torch / loss_jax: (output, targets) -> scalar; the same loss in each framework. Both are required:
+        one alone, or neither, is refused in one line naming both.
       to_flax_inputs: torch-layout inputs -> Flax-layout inputs (e.g. NCHW -> NHWC).
       torch_only / flax_only: glob patterns (fnmatch) of names that exist on one side only and are
         declared so: torch parameter/buffer names ('*.attn.masked_bias', tied 'lm_head.weight')
@@ -73,8 +96,8 @@ class ModelPair:
     make_flax: Callable[[], Any]
     mapping: Sequence[Layer]
     make_inputs: Callable[[int, int, Any], tuple[tuple[np.ndarray, ...], np.ndarray]]
-    loss_torch: Callable[[Any, Any], Any]
-    loss_jax: Callable[[Any, Any], Any]
+    loss_torch: Callable[[Any, Any], Any] = omitted_loss
+    loss_jax: Callable[[Any, Any], Any] = omitted_loss
     to_flax_inputs: Callable[[tuple], tuple] = _same_layout
     batch_axis: int = 0
     has_batch_stats: bool = False
@@ -89,6 +112,7 @@ class ModelPair:
     jax_side: JaxSide = field(default=LINEN, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        refuse_an_omitted_loss(f"ModelPair {self.name!r}", self.loss_torch, self.loss_jax)
         for name, fix in _FUNCTIONS.items():
             if not callable(getattr(self, name)):
                 raise UsageTypeError(f"ModelPair {self.name!r}: {name}={short_description(getattr(self, name))} is "

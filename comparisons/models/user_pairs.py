@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import traceback
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from comparisons.errors import UsageError
@@ -38,6 +39,9 @@ def import_module(name: str, given: str = "") -> Any:
         raise UserPairError(f"{given}: cannot import {name} ({error}); put the folder "
                             "holding it on "
                             "PYTHONPATH (or run from that folder), or pip install its package") from None
+    except UsageError as error:  # our refusal of what the module builds: its own words, at the user's line
+        raise UserPairError(f"{given}: importing {name}: {error} (at {_where(error, skip=_PACKAGE)}); "
+                            "fix the module") from None
     except Exception as error:  # the user's module is broken: say where, not a traceback of ours
         raise UserPairError(f"{given}: importing {name} failed: {type(error).__name__}: {_message(error)} "
                             f"at {_where(error)}; fix the module") from None
@@ -47,11 +51,16 @@ def _message(error: Exception) -> str:
     return error.msg if isinstance(error, SyntaxError) else str(error)
 
 
-def _where(error: Exception) -> str:
-    """'file, line N': a syntax error's own position, else the innermost frame outside importlib's frozen code."""
+_PACKAGE = str(Path(__file__).resolve().parents[1])  # comparisons/: a refusal raised here is about a user's line
+
+
+def _where(error: Exception, skip: str = "<") -> str:
+    """'file, line N': a syntax error's own position, else the innermost frame outside importlib's frozen code
+    (and outside `skip`, a folder whose frames are not the user's)."""
     if isinstance(error, SyntaxError):
         return f"{error.filename}, line {error.lineno}"
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith("<")]
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if not frame.filename.startswith(("<", skip))]
     return f"{frames[-1].filename}, line {frames[-1].lineno}" if frames else "an unknown line"
 
 
