@@ -94,9 +94,16 @@ def test_the_nnx_step_trains_as_nnx_optimizer_does_on_one_device():
 
 
 def test_what_torch_freezes_stays_and_is_found_under_nnxs_spelling():
+    from flax import nnx
+
     from comparisons.distributed import multihost_nnx
 
-    lstm = builtin.BUILTIN_NNX[3].make_flax()  # nnx.LSTMCell's `if_` is the Flax path's `if`
+    class Lstm(nnx.Module):  # nnx.LSTMCell's `if_` is the Flax path's `if`
+        def __init__(self, rngs: nnx.Rngs):
+            self.lstm = nnx.RNN(nnx.LSTMCell(3, 4, rngs=rngs))
+            self.out = nnx.Linear(4, 2, rngs=rngs)
+
+    lstm = Lstm(nnx.Rngs(random.randrange(100)))
     assert multihost_nnx.frozen_as_keyed(lstm, ("lstm.cell.if.kernel", "out.bias", "nowhere.kernel")) == (
         "lstm.cell.if_.kernel", "out.bias")
     frozen = random.choice(["fc1.kernel", "fc2.bias", "out.kernel"])
