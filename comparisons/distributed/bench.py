@@ -56,7 +56,7 @@ def section(checks: Sequence[Any], timings: dict[str, Timing] | None, processes:
     notes = [CPU_WORDS, "each side timed in its own launch after the checks passed: the slowest rank per step; "
                         "first call: the worker's first training step (compiles, DDP's bucket set-up)",
              "no floor across processes: the hand-written jax.jit + NamedSharding step runs in one process only"]
-    return {"ran": True, "reason": None, "rounds": rounds, "absolute": False, "torch_dp_side": DDP,
+    return {"ran": True, "reason": None, "rounds": rounds, "absolute": False, "torch_dp_side": DDP if ddp else None,
             "machine": machine(processes, devices), "sides": rows, "not_run": [], "notes": notes}
 
 

@@ -39,8 +39,9 @@ def bench_words(bench: dict[str, Any]) -> list[str]:
 
 def _what_was_timed(bench: dict[str, Any]) -> str:
     if "processes" in bench["machine"]:  # a multi-process run (comparisons/distributed/bench.py)
+        against = f"; × torch DP: against {bench['torch_dp_side']}" if bench["torch_dp_side"] else ""
         return (f"bench: one training step per side, {bench['rounds']} timed steps each, every rank together: the "
-                f"median, min and max of the slowest rank; × torch DP: against {bench['torch_dp_side']}")
+                f"median, min and max of the slowest rank{against}")
     return (f"bench: one training step per side, {bench['rounds']} interleaved timed steps each: the median, min "
             f"and max; × torch DP: against {bench['torch_dp_side']}; × floor: against the hand-written "
             "jax.jit + NamedSharding step")
