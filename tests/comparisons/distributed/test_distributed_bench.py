@@ -17,6 +17,7 @@ from _helpers_distributed import no_rank_left_behind  # noqa: F401
 from _helpers_harness import ROOT, run_cli
 
 from comparisons.distributed.bench import DDP, JAX, slowest
+from comparisons.distributed.bench import section as bench_section
 from comparisons.distributed.compare import compare_distributed
 
 
@@ -110,3 +111,22 @@ def test_bench_steps_without_bench_is_refused_with_processes_too():
     steps = str(random.randrange(2, 9))
     done = run_cli("run", "--model", "mlp", "--processes", "2", "--bench-steps", steps)
     assert done.returncode == 2 and f"--bench-steps {steps}" in done.stderr and "add --bench" in done.stderr
+
+
+def test_a_jax_only_bench_has_no_ddp_ratio_and_a_failed_check_no_figure():
+    from comparisons.bench import Timing
+    from comparisons.render.bench import bench_rows, bench_words
+    from comparisons.verdicts import Check
+
+    rng = random.Random()
+    low = rng.uniform(0.001, 0.1)
+    timing = Timing(rng.uniform(1, 2), low * 1.5, low, low * 2, 3)
+    passed = [Check(subject="outputs", compared="a vs b", passed=True)]
+    section = bench_section(passed, {"jax": timing}, 2, rng.choice([1, 2]))
+    assert section["ran"] and section["torch_dp_side"] is None
+    assert bench_rows(section) == [(JAX, f"{1500 * low:.3f}", f"{1000 * low:.3f}", f"{2000 * low:.3f}",
+                                    f"{1000 * timing.first_s:.3f}", "-", "-")]
+    assert "None" not in " ".join(bench_words(section))
+    failed = [*passed, Check(subject="loss", compared="a vs b", passed=False)]
+    refused = bench_section(failed, {"jax": timing}, 2, 1)
+    assert not refused["ran"] and refused["sides"] == [] and "1 of 2 checks failed" in refused["reason"]
