@@ -59,7 +59,7 @@ def train(config: WorkerConfig, rank: int, world: int) -> dict[str, Any]:
     model = DistributedDataParallel(module.train())  # CPU: no device_ids; broadcast_buffers=True
     optimizer = torch_optimizer(config.optimizer, model.parameters())
     result: dict[str, Any] = {"rank": rank, "rows": (start, stop)}
-    first_s = 0.0
+    first_s = 0.0  # the first training step's seconds (DDP's bucket set-up): the bench's first call
     for step in range(config.steps):
         started = time.perf_counter()
         optimizer.zero_grad()
@@ -67,13 +67,14 @@ def train(config: WorkerConfig, rank: int, world: int) -> dict[str, Any]:
         loss = pair.loss_torch(output, y)
         loss.backward()
         if step == 0:
-            first_s = time.perf_counter() - started  # the bench's first call: without what is recorded here
+            paused = time.perf_counter()
             result.update(output=_numpy(output), loss=_numpy(loss), grads=_flax_grads(pair, module),
                           stats_first=_batch_stats(pair, module),
                           placement=_placement(model, x, output, rank).to_rows())
-            started = time.perf_counter()
+            started += time.perf_counter() - paused  # the bench's first call: without this recording
         optimizer.step()
-        first_s += (time.perf_counter() - started) if step == 0 else 0.0
+        if step == 0:
+            first_s = time.perf_counter() - started
         print(f"torch rank {rank}: step {step + 1}/{config.steps} loss {loss.item():.6f}", file=sys.stderr)
     state = pair.torch_to_flax({n: t.detach().numpy().copy() for n, t in module.state_dict().items()})
     result.update(params=state["params"], stats_last=state.get("batch_stats", {}))
