@@ -228,7 +228,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--processes", type=int, metavar="P", help=PROCESSES_HELP)
     run.add_argument("--bench", action="store_true", help="once every check has passed, time one training step of "
                                                           "every side (docs/performance.md): a table, and a chart "
-                                                          "in the HTML; a failed check gives no figure")
+                                                          "in the HTML; a failed check gives no figure; with "
+                                                          "--processes, DDP beside multi-process JAX")
     run.add_argument("--bench-steps", type=int, metavar="N",
                      help="timed steps per side with --bench, interleaved (default 10)")
 
