@@ -91,9 +91,6 @@ def _main(argv: Sequence[str] | None) -> int:
         if getattr(args, "processes", None) is not None and getattr(args, "layers", False):
             raise UsageError("run: --layers with --processes is not supported: the layer view runs in one "
                              "process; drop --processes to see it")
-        if getattr(args, "processes", None) is not None and getattr(args, "bench", False):
-            raise UsageError("run: --bench with --processes is not supported yet: the bench times the sides of one "
-                             "process; drop --processes to time them")
         report = (_run_distributed(args, argv, named) if getattr(args, "processes", None) is not None
                   else _run(named, args))
     except _usage_errors() as error:  # ComparisonError, ConversionError, UserPairError, the backends' refusals
@@ -231,7 +228,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--processes", type=int, metavar="P", help=PROCESSES_HELP)
     run.add_argument("--bench", action="store_true", help="once every check has passed, time one training step of "
                                                           "every side (docs/performance.md): a table, and a chart "
-                                                          "in the HTML; a failed check gives no figure")
+                                                          "in the HTML; a failed check gives no figure; with "
+                                                          "--processes, DDP beside multi-process JAX")
     run.add_argument("--bench-steps", type=int, metavar="N",
                      help="timed steps per side with --bench, interleaved (default 10)")
 
@@ -334,7 +332,7 @@ def _run_distributed(args: argparse.Namespace, argv: Sequence[str] | None, pair:
     import too; a failed worker exits with status 3."""
     from comparisons.distributed.cli import run_from_args
 
-    return run_from_args(args, argv, pair)
+    return run_from_args(args, argv, pair, _bench_steps(args))
 
 
 def emit(report, fmt: str, out: str | None) -> None:

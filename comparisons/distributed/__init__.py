@@ -8,7 +8,8 @@ Modules: `launcher` (P local ranks on 127.0.0.1, timeouts, no process left behin
 (the settings the workers share); `torch_worker` (a pair's torch model under stock
 DistributedDataParallel, gloo); `jax_worker` + `multihost_step` (jax.distributed, one global mesh,
 dp_jax's compiled step); `compare`, `checks` and `judge` (the report: DDP and multi-process JAX beside
-one-process dp_torch and dp_jax, and the differences DDP has by design, measured); `cli`.
+one-process dp_torch and dp_jax, and the differences DDP has by design, measured); `bench` (DDP's step
+beside the multi-process JAX step, timed once every check passed); `cli`.
 Importing this package imports neither torch nor JAX.
 """
 from comparisons.distributed.compare import compare_distributed

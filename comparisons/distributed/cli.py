@@ -19,8 +19,9 @@ PROCESSES_HELP = (
     "evenly over P x devices; exit status 3 when a worker fails or hangs (its rank and stderr are printed)")
 
 
-def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None, pair: str):
+def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None, pair: str, bench_steps: dict[str, int]):
     """The ComparisonReport of `pair` for the parsed `run` flags; LaunchError -> message on stderr, SystemExit(3).
+    `bench_steps`: {"bench_steps": N} when --bench-steps was given (checked: it needs --bench), else {}.
 
     The workers import what --import and --pair named (an entry point's pair: the module holding it)."""
     from comparisons.distributed.compare import compare_distributed
@@ -39,7 +40,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None, pair: st
         imports = [*(getattr(args, "imports", None) or ()), *(getattr(args, "pairs", None) or ())]
         return compare_distributed(pair, imports=imports, processes=args.processes, devices=args.devices,
                                    batch_size=batch, steps=args.steps, optimizer=args.optimizer, dtype=args.dtype,
-                                   seed=args.seed, flax=args.flax)
+                                   seed=args.seed, flax=args.flax, bench=args.bench, **bench_steps)
     except LaunchError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(3) from None

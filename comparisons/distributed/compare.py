@@ -33,7 +33,7 @@ def compare_distributed(pair: str | ModelPair, *, processes: int = 2, devices: i
                         steps: int = 2, optimizer: str = "sgd", dtype: str = "float32", seed: int = 0,
                         sides: Sequence[str] = SIDES, timeout: float = 120.0,
                         rendezvous_timeout: float = 60.0, imports: Sequence[str] = (),
-                        flax: str | None = None) -> ComparisonReport:
+                        flax: str | None = None, bench: bool = False, bench_steps: int = 10) -> ComparisonReport:
     """Run `pair` under DDP (P ranks) and multi-process JAX (P x D devices); judge them in one report.
 
     Args:
@@ -52,6 +52,9 @@ def compare_distributed(pair: str | ModelPair, *, processes: int = 2, devices: i
       flax: the Flax API of a built-in pair's JAX twin, as compare()'s: "nnx" (None, the default) or "linen";
         a pair of your own runs in its own API (another is refused). An NNX twin trains in every JAX process
         as a user trains one: the module itself under dp_jax.DataParallel (multihost_nnx.py).
+      bench: once every check has passed, launch each side again and time `bench_steps` of its training steps
+        (the slowest rank per step): the report's `bench` (docs/performance.md, "DDP beside multi-process
+        JAX"). A failed check gives no figure, and says why. Costs one more launch per side.
     Cost: 2 P Python processes (imports ~5-10 s each on a busy 2-core machine) plus the
     single-process runs, which overlap with them. Raises LaunchError when a rank fails or hangs.
     """
@@ -61,6 +64,8 @@ def compare_distributed(pair: str | ModelPair, *, processes: int = 2, devices: i
     for argument, value in (("processes", processes), ("devices", devices)):
         positive_integer(value, argument=argument, caller=CALLER)
     _check_processes(processes)
+    if bench:
+        positive_integer(bench_steps, argument="bench_steps", caller=CALLER)
     config = _config(name, imports, sides, rendezvous_timeout, processes, Settings(
         batch_size=4 * processes * devices if batch_size is None else batch_size, devices=devices, steps=steps,
         optimizer=optimizer, dtype=dtype, seed=seed, strategies=("explicit",), precision="off", flax=flax,
@@ -71,7 +76,27 @@ def compare_distributed(pair: str | ModelPair, *, processes: int = 2, devices: i
         local = checks.single_process_runs(config, processes, sides)
         results = {side: [r.value for r in run.wait()] for side, run in runs.items()}
     seconds = time.perf_counter() - started
-    return checks.report(config, processes, sides, local, results, seconds)
+    report = checks.report(config, processes, sides, local, results, seconds)
+    if bench:
+        report.bench = _bench(report, config, processes, sides, timeout, bench_steps)
+    return report
+
+
+def _bench(report: ComparisonReport, config: WorkerConfig, processes: int, sides: Sequence[str], timeout: float,
+           bench_steps: int) -> dict:
+    """The `bench` section: when every check passed, each side launched once more, alone, and timed."""
+    import dataclasses
+
+    from comparisons.distributed import bench
+
+    if not report.ok:
+        return bench.section(report.checks, None, processes, config.devices)
+    timed = dataclasses.replace(config, bench_steps=bench_steps)
+    timings = {}
+    for side in sides:  # one side at a time: no timed step shares the cores with the other side
+        with _launch(side, timed, processes, timeout) as run:
+            timings[side] = bench.slowest([rank.value["bench"] for rank in run.wait()])
+    return bench.section(report.checks, timings, processes, config.devices)
 
 
 def _launch(side: str, config: WorkerConfig, processes: int, timeout: float) -> Launch:

@@ -14,6 +14,7 @@ class WorkerConfig:
 
     `devices` is the number of (emulated CPU) devices per JAX process; torch ranks use one CPU each.
     `rendezvous_timeout` bounds `init_process_group` / `jax.distributed.initialize` (seconds).
+    `bench_steps` > 0: after the K steps, time that many more (comparisons/distributed/bench.py).
     `sources` are what a worker imports before it looks `pair` up ('module' or 'module:NAME'; none for a
     built-in pair): comparisons/distributed/pairs.py. `flax` is the Flax API of the JAX twin ("nnx", "linen"; None:
     the pair has no Flax model): a built-in pair's twin in that API, any other pair in its own.
@@ -29,6 +30,7 @@ class WorkerConfig:
     rendezvous_timeout: float = 60.0
     sources: tuple[str, ...] = ()
     flax: str | None = None
+    bench_steps: int = 0
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

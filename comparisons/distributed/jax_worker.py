@@ -93,6 +93,7 @@ def _train_variables(config: Any, rank: int, pair: Any, flax_module: Any, variab
     params, state = step.replicated(mesh, variables)
     opt_state = tx.init(params)
     result: dict[str, Any] = {"rank": rank, "rows": (rows.start, rows.stop), "trained": TRAINED}
+    first_s = 0.0  # the first training step's seconds (its compile): the bench's first call
     for k in range(config.steps):
         if k == 0:  # the first step's output and gradients, from dp_jax's value_and_grad step
             (loss, (output, updated)), grads = grad_step({"params": params, **state}, *batch)
@@ -100,10 +101,19 @@ def _train_variables(config: Any, rank: int, pair: Any, flax_module: Any, variab
                           output=step.local(output)[rows], stats_first=step.local(updated.get("batch_stats", {})),
                           placement=step.placement(mesh, params, state, tuple(batch[:n_in]), output,
                                                    grads["params"]).to_rows())
-        params, opt_state, state, loss = train_step(params, opt_state, state, *batch)
+        started = time.perf_counter()
+        params, opt_state, state, loss = jax.block_until_ready(train_step(params, opt_state, state, *batch))
+        first_s = time.perf_counter() - started if k == 0 else first_s
         step.log_loss(rank, k, config.steps, loss)
     result.update(params=step.local(params), stats_last=step.local(state.get("batch_stats", {})),
                   devices=[str(d) for d in jax.local_devices()])
+    if config.bench_steps:
+        carried = [params, opt_state, state]
+
+        def one_step() -> None:
+            *carried[:], loss = train_step(*carried, *batch)
+            jax.block_until_ready(loss)
+        result["bench"] = step.bench(one_step, config.bench_steps, first_s)
     return result
 
 

@@ -13,6 +13,7 @@ twin's variables ({'params': ..., 'batch_stats': ...} by NNX state path), so the
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import jax
@@ -46,8 +47,11 @@ def train(config: Any, rank: int, pair: Any, model: Any, data: tuple) -> dict[st
     output, stats_first = first_forward(model, tuple(batch[:n_in]))
     result: dict[str, Any] = {"rank": rank, "rows": (rows.start, rows.stop), "trained": TRAINED,
                               "output": step.local(output)[rows], "stats_first": step.local(stats_first)}
+    first_s = 0.0  # the first training step's seconds (its compile): the bench's first call
     for k in range(config.steps):
-        loss, grads = train_step(*batch)
+        started = time.perf_counter()
+        loss, grads = jax.block_until_ready(train_step(*batch))
+        first_s = time.perf_counter() - started if k == 0 else first_s
         if k == 0:
             grads = _nested(grads)
             state = {name: tree for name, tree in before.items() if name != "params"}
@@ -57,6 +61,8 @@ def train(config: Any, rank: int, pair: Any, model: Any, data: tuple) -> dict[st
     after = collections(model)
     result.update(params=step.local(after["params"]), stats_last=step.local(after.get("batch_stats", {})),
                   devices=[str(d) for d in jax.local_devices()])
+    if config.bench_steps:
+        result["bench"] = step.bench(lambda: jax.block_until_ready(train_step(*batch)), config.bench_steps, first_s)
     return result
 
 

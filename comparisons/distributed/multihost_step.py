@@ -79,6 +79,15 @@ def compiled_steps(pair: Any, flax_module: Any, optimizer: str, n_inputs: int) -
             wrapper.train_step(tx, with_collections, has_aux=True), tx)
 
 
+def bench(one_step: Any, steps: int, first_s: float) -> dict[str, Any]:
+    """`bench.time_steps` of `one_step` across every process: the barrier is a global device sync."""
+    from jax.experimental import multihost_utils
+
+    from comparisons.distributed.bench import time_steps
+
+    return time_steps(one_step, lambda: multihost_utils.sync_global_devices("bench step"), steps, first_s)
+
+
 def log_loss(rank: int, k: int, steps: int, loss: jax.Array) -> None:
     """One line on stderr per step: what a hung or slow run's log shows of its progress."""
     import sys

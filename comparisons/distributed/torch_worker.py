@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from comparisons.convert import torch_grads_to_flax
 from comparisons.distributed import pairs
+from comparisons.distributed.bench import time_steps
 from comparisons.distributed.config import WorkerConfig, chunk_rows
 from comparisons.distributed.ranks import write_result
 from comparisons.placement import PlacementMap, placement_of
@@ -58,20 +59,38 @@ def train(config: WorkerConfig, rank: int, world: int) -> dict[str, Any]:
     model = DistributedDataParallel(module.train())  # CPU: no device_ids; broadcast_buffers=True
     optimizer = torch_optimizer(config.optimizer, model.parameters())
     result: dict[str, Any] = {"rank": rank, "rows": (start, stop)}
+    first_s = 0.0  # the first training step's seconds (DDP's bucket set-up): the bench's first call
     for step in range(config.steps):
+        started = time.perf_counter()
         optimizer.zero_grad()
         output = model(*x)
         loss = pair.loss_torch(output, y)
         loss.backward()
         if step == 0:
+            paused = time.perf_counter()
             result.update(output=_numpy(output), loss=_numpy(loss), grads=_flax_grads(pair, module),
                           stats_first=_batch_stats(pair, module),
                           placement=_placement(model, x, output, rank).to_rows())
+            started += time.perf_counter() - paused  # the bench's first call: without this recording
         optimizer.step()
+        if step == 0:
+            first_s = time.perf_counter() - started
         print(f"torch rank {rank}: step {step + 1}/{config.steps} loss {loss.item():.6f}", file=sys.stderr)
     state = pair.torch_to_flax({n: t.detach().numpy().copy() for n, t in module.state_dict().items()})
     result.update(params=state["params"], stats_last=state.get("batch_stats", {}))
+    if config.bench_steps:
+        result["bench"] = time_steps(_ddp_step(model, optimizer, pair, x, y), dist.barrier, config.bench_steps,
+                                     first_s)
     return result
+
+
+def _ddp_step(model, optimizer, pair, x: tuple, y: torch.Tensor):
+    """One DDP training step (forward, backward with its all-reduce, the optimizer's update) as a thunk."""
+    def step() -> None:
+        optimizer.zero_grad()
+        pair.loss_torch(model(*x), y).backward()
+        optimizer.step()
+    return step
 
 
 def torch_model(pair, seed: int, dtype: np.dtype) -> torch.nn.Module:

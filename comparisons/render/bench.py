@@ -16,7 +16,12 @@ HEADER = ("side", "median ms", "min ms", "max ms", "first call ms", "× torch DP
 def bench_rows(bench: dict[str, Any]) -> list[tuple[str, ...]]:
     """One row of cells per side: its name, median with min and max, first call, and its two ratios."""
     return [(row["side"], *(f"{1000 * row[key]:.3f}" for key in ("median_s", "min_s", "max_s", "first_s")),
-             f"{row['vs_torch_dp']:.3g}", f"{row['vs_floor']:.3g}") for row in bench["sides"]]
+             _ratio(row["vs_torch_dp"]), _ratio(row["vs_floor"])) for row in bench["sides"]]
+
+
+def _ratio(value: float | None) -> str:
+    """A ratio's cell; '-' where the run timed nothing to divide by (no floor across processes)."""
+    return "-" if value is None else f"{value:.3g}"
 
 
 def bench_words(bench: dict[str, Any]) -> list[str]:
@@ -25,13 +30,21 @@ def bench_words(bench: dict[str, Any]) -> list[str]:
         return [f"bench: {bench['reason']}"]
     machine = bench["machine"]
     load = ", ".join(f"{value:.2f}" for value in machine["load_average"])
-    return [f"bench: one training step per side, {bench['rounds']} interleaved timed steps each: the median, min "
-            f"and max; × torch DP: against {bench['torch_dp_side']}; × floor: against the hand-written "
-            "jax.jit + NamedSharding step",
+    return [_what_was_timed(bench),
             f"bench machine: torch {machine['torch_devices']}; JAX {machine['jax_devices']}; {machine['cores']} "
             f"cores, load average {load}",
             *(f"bench: {row['side']} not timed: {row['why']}" for row in bench["not_run"]),
             *(f"bench: {note}" for note in bench["notes"])]
+
+
+def _what_was_timed(bench: dict[str, Any]) -> str:
+    if "processes" in bench["machine"]:  # a multi-process run (comparisons/distributed/bench.py)
+        against = f"; × torch DP: against {bench['torch_dp_side']}" if bench["torch_dp_side"] else ""
+        return (f"bench: one training step per side, {bench['rounds']} timed steps each, every rank together: the "
+                f"median, min and max of the slowest rank{against}")
+    return (f"bench: one training step per side, {bench['rounds']} interleaved timed steps each: the median, min "
+            f"and max; × torch DP: against {bench['torch_dp_side']}; × floor: against the hand-written "
+            "jax.jit + NamedSharding step")
 
 
 def print_bench(report: ComparisonReport, console: Any) -> None:
