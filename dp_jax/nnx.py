@@ -233,11 +233,20 @@ def _find_static_array(model: Any) -> str | None:
 
 
 def _array_inside(value: Any, depth: int) -> str | None:
-    """'' if `value` is a jax.Array, else the suffix ('.field', '[0]') leading to one inside it, or None."""
+    """'' if `value` is a jax.Array, else the suffix ('.field', '[0]') leading to the first one inside it, or None."""
+    found = arrays_inside(value, depth)
+    return found[0][0] if found else None
+
+
+def arrays_inside(value: Any, depth: int) -> list[tuple[str, jax.Array]]:
+    """(suffix, array) for every jax.Array in `value` or in its dataclass fields, lists, tuples and dicts,
+    `depth` levels deep; the suffix ('', '.field', '[0]', "['key']") is the path to it. Static attributes of
+    an NNX module holding arrays are what nnx.split cannot carry as state: dp_jax refuses them, the doctor
+    names them."""
     if isinstance(value, jax.Array):
-        return ""
+        return [("", value)]
     if depth == 0:
-        return None
+        return []
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         items = [(f".{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value)]
     elif isinstance(value, (list, tuple)):
@@ -245,12 +254,8 @@ def _array_inside(value: Any, depth: int) -> str | None:
     elif isinstance(value, dict):
         items = [(f"[{k!r}]", v) for k, v in value.items()]
     else:
-        return None
-    for label, inner in items:
-        found = _array_inside(inner, depth - 1)
-        if found is not None:
-            return label + found
-    return None
+        return []
+    return [(label + suffix, array) for label, inner in items for suffix, array in arrays_inside(inner, depth - 1)]
 
 
 def check_call_kwargs(model: Any, kwargs: dict) -> None:

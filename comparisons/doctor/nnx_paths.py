@@ -6,7 +6,6 @@ per finding; nothing is traced or run. Flax is imported only when called.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from comparisons.doctor.findings import Finding
@@ -73,35 +72,18 @@ def static_arrays(model: Any) -> dict[int, tuple[Any, tuple[str, str | None]]]:
     import jax
     from flax import nnx
 
+    from dp_jax.nnx import arrays_inside
+
     modules = dict(nnx.iter_modules(model, graph=_GRAPH_MODE))
     found: dict[int, tuple[Any, tuple[str, str | None]]] = {}
     for path, node in modules.items():
         for name, value in vars(node).items():
             if name.startswith("_") or isinstance(value, (nnx.Variable, nnx.Module, jax.Array)):
                 continue
-            for suffix, array in _arrays_inside(value, depth=4):
+            for suffix, array in arrays_inside(value, depth=4):
                 found.setdefault(id(array), (array, (joined(layer_path(path), (name,)) + suffix,
                                                      layer_line(modules, (*path, name)))))
     return found
-
-
-def _arrays_inside(value: Any, depth: int) -> list[tuple[str, Any]]:
-    """('.field' / '[0]' suffix, array) for every jax.Array in a container or dataclass, `depth` levels deep."""
-    import jax
-
-    if isinstance(value, jax.Array):
-        return [("", value)]
-    if depth == 0:
-        return []
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        items = [(f".{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value)]
-    elif isinstance(value, (list, tuple)):
-        items = [(f"[{i}]", v) for i, v in enumerate(value)]
-    elif isinstance(value, dict):
-        items = [(f"[{k!r}]", v) for k, v in value.items()]
-    else:
-        return []
-    return [(label + suffix, array) for label, inner in items for suffix, array in _arrays_inside(inner, depth - 1)]
 
 
 NNX_FIXES = {
